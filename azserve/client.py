@@ -1,0 +1,455 @@
+"""Clients of the inference server.
+
+``EvalClient`` (one per process, asyncio): every coroutine awaits ``evaluate``; all leaves
+pending in one event-loop tick travel in one message per weights version (bounded by
+``max_rows``), and replies are routed back to the waiting futures. Heartbeats renew the
+process's version pins, detect a restarted server, and resend what it lost.
+
+``SyncClient``: the same protocol, blocking, for standalone users.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zmq
+import zmq.asyncio
+
+from azserve import protocol as P
+from azserve.auth import AuthConfig, client_auth
+from azserve.errors import RequestTimeout, ServerClosed, remote_error
+from azserve.weights import checksum
+
+log = logging.getLogger("azserve.client")
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """How a process reaches the inference server."""
+
+    server: str = "tcp://127.0.0.1:5555"
+    """Endpoint of the server's ROUTER socket."""
+    model: str = "default"
+    """Model name to request."""
+    max_rows: int = 256
+    """Most rows per message (keep <= the server's max_batch_size)."""
+    retry_after_s: float = 2.0
+    """Resend a request that has had no reply for this long (the server may have restarted)."""
+    request_timeout_s: float = 30.0
+    """Give up on a request (RequestTimeout) after this long in total."""
+    heartbeat_s: float = 1.0
+    """Ping period; also renews version pins."""
+    lease_s: float = 5.0
+    """How long the server keeps this client's pins without a heartbeat."""
+
+
+@dataclass
+class _InFlight:
+    frames: list[Any]
+    futures: list[tuple[asyncio.Future[Any], int, int]]  # (future, first row, rows or -1 = single)
+    sent_at: float
+    first_sent: float
+    attempts: int = 1
+
+
+@dataclass
+class ClientStats:
+    """Counters of one EvalClient."""
+
+    messages: int = 0
+    rows: int = 0
+    replies: int = 0
+    resent: int = 0
+    errors: int = 0
+    server_restarts: int = 0
+    rtt_ms: list[float] = field(default_factory=list)
+
+
+class EvalClient:
+    """Async evaluation client; ``async with EvalClient(cfg) as c: logits, v = await c.evaluate(obs)``."""
+
+    def __init__(self, cfg: ClientConfig, auth: AuthConfig | None = None) -> None:
+        self.cfg = cfg
+        self.auth = auth or AuthConfig()
+        self.client_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.latest_version = -1
+        self.server_id: str | None = None
+        self.stats = ClientStats()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, list[tuple[np.ndarray, asyncio.Future[Any], bool]]] = {}
+        self._pending_rows: dict[int, int] = {}
+        self._flush_scheduled = False
+        self._inflight: dict[int, _InFlight] = {}
+        self._control: dict[int, asyncio.Future[Any]] = {}
+        self._pins: dict[int, int] = {}
+        self._pins_dirty = False
+        self._state = "new"
+        self._ctx: zmq.asyncio.Context | None = None
+        self._sock: zmq.asyncio.Socket | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self, wait_ready: bool = True, timeout_s: float = 30.0) -> None:
+        """Connect; with ``wait_ready``, wait until the server answers a ping (learns latest)."""
+        if self._state != "new":
+            raise RuntimeError(f"EvalClient cannot start: it is {self._state}")
+        self._loop = asyncio.get_running_loop()
+        self._ctx = zmq.asyncio.Context()
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        client_auth(sock, self.auth)
+        sock.connect(self.cfg.server)
+        self._sock = sock
+        self._state = "running"
+        self._tasks = [
+            asyncio.create_task(self._recv_loop(), name="evalclient-recv"),
+            asyncio.create_task(self._heartbeat_loop(), name="evalclient-heartbeat"),
+        ]
+        if wait_ready:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    await self.ping(timeout_s=min(1.0, max(0.05, deadline - time.monotonic())))
+                    break
+                except RequestTimeout:
+                    if time.monotonic() >= deadline:
+                        await self.aclose()
+                        raise RequestTimeout(f"no server answered at {self.cfg.server} in {timeout_s:.0f} s") from None
+
+    async def __aenter__(self) -> EvalClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Fail everything pending with ServerClosed, release pins, close the socket."""
+        if self._state in ("closed", "new"):
+            self._state = "closed"
+            return
+        self._state = "closed"
+        if self._pins and self._sock is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._send_nowait(P.PinUpdate(id=0, model=self.cfg.model, client=self.client_id, pins={}, lease_s=0.0))
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        err = ServerClosed("EvalClient closed")
+        for items in self._pending.values():
+            for _, fut, _ in items:
+                _fail(fut, err)
+        for inf in self._inflight.values():
+            for fut, _, _ in inf.futures:
+                _fail(fut, err)
+        for fut in self._control.values():
+            _fail(fut, err)
+        self._pending.clear()
+        self._inflight.clear()
+        self._control.clear()
+        if self._sock is not None:
+            self._sock.close(linger=50)
+        if self._ctx is not None:
+            self._ctx.term()
+
+    # --- evaluation ----------------------------------------------------------------------------
+
+    def evaluate(self, obs: np.ndarray, version: int = -1) -> asyncio.Future[tuple[Any, Any]]:
+        """Evaluate one position ``[C,H,W]`` -> (logits ``[A]``, value float), or a stack
+        ``[n,C,H,W]`` -> (logits ``[n,A]``, values ``[n]``), on weights ``version`` (-1 = latest).
+        Returns an awaitable future; the work leaves in this tick's coalesced message."""
+        if self._state != "running":
+            raise ServerClosed(f"EvalClient is {self._state}")
+        assert self._loop is not None
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        single = obs.ndim == 3
+        rows = 1 if single else obs.shape[0]
+        self._pending.setdefault(version, []).append((obs, fut, single))
+        self._pending_rows[version] = self._pending_rows.get(version, 0) + rows
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        """Send everything queued this tick: one message per version, split at ``max_rows``."""
+        self._flush_scheduled = False
+        pending, self._pending = self._pending, {}
+        self._pending_rows = {}
+        now = time.monotonic()
+        for version, items in pending.items():
+            chunk: list[tuple[np.ndarray, asyncio.Future[Any], bool]] = []
+            rows = 0
+            for item in items:
+                n = 1 if item[2] else item[0].shape[0]
+                if chunk and rows + n > self.cfg.max_rows:
+                    self._send_chunk(version, chunk, now)
+                    chunk, rows = [], 0
+                chunk.append(item)
+                rows += n
+            if chunk:
+                self._send_chunk(version, chunk, now)
+
+    def _send_chunk(self, version: int, chunk: list[tuple[np.ndarray, asyncio.Future[Any], bool]], now: float) -> None:
+        arrays = [o[None] if single else o for o, _, single in chunk]
+        obs = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+        rid = next(self._ids)
+        frames = P.encode(P.EvalRequest(id=rid, model=self.cfg.model, version=version), [obs])
+        futures = []
+        row = 0
+        for (o, fut, single), a in zip(chunk, arrays):
+            futures.append((fut, row, -1 if single else a.shape[0]))
+            row += a.shape[0]
+        self._inflight[rid] = _InFlight(frames, futures, now, now)
+        self.stats.messages += 1
+        self.stats.rows += obs.shape[0]
+        self._send_frames(frames)
+
+    # --- control ops ---------------------------------------------------------------------------
+
+    async def ping(self, timeout_s: float = 5.0) -> P.Pong:
+        return await self._call(P.Ping(), timeout_s)
+
+    async def status(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        reply = await self._call(P.StatusRequest(), timeout_s)
+        return reply.status
+
+    async def load_weights(self, version: int, blob: bytes, timeout_s: float = 60.0) -> P.Loaded:
+        """Send weights as ``version``; returns once the server acks it live."""
+        msg = P.LoadWeights(model=self.cfg.model, version=version, sha256=checksum(blob))
+        return await self._call(msg, timeout_s, [np.frombuffer(blob, np.uint8)])
+
+    async def _call(self, msg: P.Message, timeout_s: float, arrays: list[np.ndarray] | None = None) -> Any:
+        if self._state != "running":
+            raise ServerClosed(f"EvalClient is {self._state}")
+        assert self._loop is not None
+        rid = next(self._ids)
+        msg.id = rid
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._control[rid] = fut
+        self._send_frames(P.encode(msg, arrays or []))
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            raise RequestTimeout(f"{type(msg).__name__} got no reply from {self.cfg.server} in {timeout_s:g} s") from None
+        finally:
+            self._control.pop(rid, None)
+
+    # --- pins ----------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def pin_latest(self) -> Iterator[int]:
+        """Pin the latest known version for the duration of a game: ``with c.pin_latest() as v``."""
+        v = self.latest_version
+        self.pin(v)
+        try:
+            yield v
+        finally:
+            self.unpin(v)
+
+    def pin(self, version: int) -> None:
+        new = version not in self._pins
+        self._pins[version] = self._pins.get(version, 0) + 1
+        if new:  # tell the server now, not at the next heartbeat
+            self._send_pins()
+
+    def unpin(self, version: int) -> None:
+        n = self._pins.get(version, 0) - 1
+        if n > 0:
+            self._pins[version] = n
+        else:
+            self._pins.pop(version, None)
+            self._pins_dirty = True
+
+    def _send_pins(self) -> None:
+        self._pins_dirty = False
+        if self._state == "running":
+            self._send_nowait(
+                P.PinUpdate(id=0, model=self.cfg.model, client=self.client_id, pins=dict(self._pins), lease_s=self.cfg.lease_s)
+            )
+
+    # --- socket --------------------------------------------------------------------------------
+
+    def _send_nowait(self, msg: P.Message) -> None:
+        self._send_frames(P.encode(msg))
+
+    def _send_frames(self, frames: list[Any]) -> None:
+        assert self._sock is not None
+        fut = self._sock.send_multipart(frames, copy=False)
+        fut.add_done_callback(_log_send_error)
+
+    async def _recv_loop(self) -> None:
+        assert self._sock is not None
+        while True:
+            frames = await self._sock.recv_multipart()
+            try:
+                msg, arrays = P.decode(frames)
+            except P.ProtocolError as exc:
+                log.error("undecodable reply from server: %s", exc)
+                continue
+            self._on_reply(msg, arrays)
+
+    def _on_reply(self, msg: P.Message, arrays: list[np.ndarray]) -> None:
+        rid = msg.id
+        if isinstance(msg, P.EvalReply):
+            self.latest_version = max(self.latest_version, msg.latest)
+            inf = self._inflight.pop(rid, None) if rid is not None else None
+            if inf is None:
+                return  # a late duplicate of a request already answered
+            self.stats.replies += 1
+            self.stats.rtt_ms.append((time.monotonic() - inf.sent_at) * 1e3)
+            if len(self.stats.rtt_ms) > 4096:
+                del self.stats.rtt_ms[:2048]
+            logits, value = arrays
+            for fut, row, n in inf.futures:
+                if fut.done():
+                    continue
+                if n < 0:
+                    fut.set_result((logits[row], float(value[row])))
+                else:
+                    fut.set_result((logits[row : row + n], value[row : row + n]))
+            return
+        if isinstance(msg, P.ErrorReply):
+            self.stats.errors += 1
+            err = remote_error(msg.type, msg.message)
+            inf = self._inflight.pop(rid, None) if rid is not None else None
+            if inf is not None:
+                for fut, _, _ in inf.futures:
+                    _fail(fut, err)
+            elif rid is not None and rid in self._control:
+                _fail(self._control[rid], err)
+            else:
+                log.warning("server error not tied to a request: %s", err)
+            return
+        if isinstance(msg, P.Pong):
+            self.latest_version = max(self.latest_version, msg.latest) if self.server_id == msg.server_id else msg.latest
+            self._on_server_id(msg.server_id)
+        fut = self._control.get(rid) if rid is not None else None
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
+
+    def _on_server_id(self, server_id: str) -> None:
+        if self.server_id is not None and server_id != self.server_id:
+            # The server restarted: whatever it had queued is gone. Resend now, and re-pin.
+            self.stats.server_restarts += 1
+            log.warning("server restarted (%s -> %s); resending %d requests", self.server_id, server_id, len(self._inflight))
+            self._resend(time.monotonic(), lambda inf: True)
+            self._send_pins()
+        self.server_id = server_id
+
+    async def _heartbeat_loop(self) -> None:
+        last_pins = 0.0
+        while True:
+            await asyncio.sleep(self.cfg.heartbeat_s)
+            now = time.monotonic()
+            if self._pins_dirty or (self._pins and now - last_pins >= self.cfg.lease_s / 3):
+                self._send_pins()
+                last_pins = now
+            self._resend(now, lambda inf: now - inf.sent_at >= self.cfg.retry_after_s)
+            rid = next(self._ids)
+            self._control[rid] = fut = asyncio.get_running_loop().create_future()
+            fut.add_done_callback(lambda f, rid=rid: self._control.pop(rid, None))
+            self._send_frames(P.encode(P.Ping(id=rid)))
+            self._loop.call_later(self.cfg.heartbeat_s * 3, _cancel, fut)  # type: ignore[union-attr]
+
+    def _resend(self, now: float, due: Any) -> None:
+        for rid, inf in list(self._inflight.items()):
+            if now - inf.first_sent >= self.cfg.request_timeout_s:
+                del self._inflight[rid]
+                err = RequestTimeout(f"no reply from {self.cfg.server} in {self.cfg.request_timeout_s:g} s after {inf.attempts} attempt(s)")
+                for fut, _, _ in inf.futures:
+                    _fail(fut, err)
+            elif due(inf):
+                inf.attempts += 1
+                inf.sent_at = now
+                self.stats.resent += 1
+                self._send_frames(inf.frames)
+
+    def pending_rows(self) -> int:
+        """Rows sent and not yet answered."""
+        return sum(sum(1 if n < 0 else n for _, _, n in inf.futures) for inf in self._inflight.values())
+
+
+def _fail(fut: asyncio.Future[Any], err: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(err)
+
+
+def _cancel(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.cancel()
+
+
+def _log_send_error(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("send failed: %s", fut.exception())
+
+
+class SyncClient:
+    """Blocking client for standalone use: ``SyncClient("tcp://127.0.0.1:5555").evaluate(obs)``."""
+
+    def __init__(self, server: str, model: str = "default", timeout_s: float = 30.0, auth: AuthConfig | None = None) -> None:
+        self.model = model
+        self.timeout_ms = int(timeout_s * 1000)
+        self._ids = itertools.count(1)
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        client_auth(self._sock, auth or AuthConfig())
+        self._sock.connect(server)
+        self.server = server
+
+    def evaluate(self, obs: np.ndarray, version: int = -1) -> tuple[np.ndarray, np.ndarray, int]:
+        """obs ``[n,C,H,W]`` -> (logits ``[n,A]``, values ``[n]``, version that served them)."""
+        reply, arrays = self._call(P.EvalRequest(model=self.model, version=version), [obs])
+        return arrays[0], arrays[1], reply.version
+
+    def ping(self) -> P.Pong:
+        return self._call(P.Ping())[0]
+
+    def status(self) -> dict[str, Any]:
+        return self._call(P.StatusRequest())[0].status
+
+    def load_weights(self, version: int, blob: bytes) -> P.Loaded:
+        msg = P.LoadWeights(model=self.model, version=version, sha256=checksum(blob))
+        return self._call(msg, [np.frombuffer(blob, np.uint8)])[0]
+
+    def _call(self, msg: P.Message, arrays: list[np.ndarray] | None = None) -> tuple[Any, list[np.ndarray]]:
+        rid = next(self._ids)
+        msg.id = rid
+        self._sock.send_multipart(P.encode(msg, arrays or []), copy=False)
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        while True:
+            left = int((deadline - time.monotonic()) * 1000)
+            if left <= 0 or not self._sock.poll(left):
+                raise RequestTimeout(f"{type(msg).__name__} got no reply from {self.server} in {self.timeout_ms} ms")
+            reply, out = P.decode(self._sock.recv_multipart())
+            if reply.id != rid:
+                continue  # a late reply to an earlier, timed-out call
+            if isinstance(reply, P.ErrorReply):
+                raise remote_error(reply.type, reply.message)
+            return reply, out
+
+    def close(self) -> None:
+        self._sock.close(linger=0)
+        self._ctx.term()
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

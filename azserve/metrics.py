@@ -1,0 +1,157 @@
+"""Always-on, cheap metrics: counters, histograms and a latency window, rendered as Prometheus
+text and summarised in a status line. Single-threaded use (the owning event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+class Counter:
+    """Monotonic count."""
+
+    def __init__(self, name: str, help_: str) -> None:
+        self.name, self.help, self.value = name, help_, 0.0
+
+    def inc(self, n: float = 1.0) -> None:
+        self.value += n
+
+    def render(self) -> list[str]:
+        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter", f"{self.name} {self.value:g}"]
+
+
+class Gauge:
+    """A value read at render time from a callback."""
+
+    def __init__(self, name: str, help_: str, read: Callable[[], float]) -> None:
+        self.name, self.help, self.read = name, help_, read
+
+    def render(self) -> list[str]:
+        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} gauge", f"{self.name} {self.read():g}"]
+
+
+class Histogram:
+    """Cumulative-bucket histogram (Prometheus semantics)."""
+
+    def __init__(self, name: str, help_: str, buckets: list[float]) -> None:
+        self.name, self.help = name, help_
+        self.bounds = sorted(buckets)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, x: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, x)] += 1
+        self.sum += x
+        self.count += 1
+
+    def mean(self) -> float:
+        return self.sum / self.count if self.count else 0.0
+
+    def render(self) -> list[str]:
+        out = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
+        acc = 0
+        for bound, c in zip(self.bounds, self.counts):
+            acc += c
+            out.append(f'{self.name}_bucket{{le="{bound:g}"}} {acc}')
+        out.append(f'{self.name}_bucket{{le="+Inf"}} {self.count}')
+        out += [f"{self.name}_sum {self.sum:g}", f"{self.name}_count {self.count}"]
+        return out
+
+
+class LatencyWindow:
+    """The last ``size`` samples in a ring, for percentiles of recent behaviour."""
+
+    def __init__(self, name: str, help_: str, size: int = 8192) -> None:
+        self.name, self.help = name, help_
+        self._buf = np.zeros(size, np.float64)
+        self._n = 0
+
+    def observe(self, x: float) -> None:
+        self._buf[self._n % len(self._buf)] = x
+        self._n += 1
+
+    def percentiles(self, qs: tuple[float, ...] = (50, 90, 99)) -> dict[float, float]:
+        n = min(self._n, len(self._buf))
+        if n == 0:
+            return {q: 0.0 for q in qs}
+        vals = np.percentile(self._buf[:n], qs)
+        return dict(zip(qs, (float(v) for v in vals)))
+
+    def render(self) -> list[str]:
+        out = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} summary"]
+        for q, v in self.percentiles().items():
+            out.append(f'{self.name}{{quantile="{q / 100:g}"}} {v:g}')
+        return out
+
+
+class Registry:
+    """Named metrics of one component."""
+
+    def __init__(self) -> None:
+        self._metrics: list[Counter | Gauge | Histogram | LatencyWindow] = []
+
+    def counter(self, name: str, help_: str) -> Counter:
+        return self._add(Counter(name, help_))
+
+    def gauge(self, name: str, help_: str, read: Callable[[], float]) -> Gauge:
+        return self._add(Gauge(name, help_, read))
+
+    def histogram(self, name: str, help_: str, buckets: list[float]) -> Histogram:
+        return self._add(Histogram(name, help_, buckets))
+
+    def latency(self, name: str, help_: str, size: int = 8192) -> LatencyWindow:
+        return self._add(LatencyWindow(name, help_, size))
+
+    def _add(self, m):  # type: ignore[no-untyped-def]
+        self._metrics.append(m)
+        return m
+
+    def render(self) -> str:
+        lines: list[str] = []
+        for m in self._metrics:
+            lines += m.render()
+        return "\n".join(lines) + "\n"
+
+
+class RateMeter:
+    """Rates of counters between two reads (for status lines)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, float]] = {}
+
+    def rate(self, key: str, value: float, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        prev = self._last.get(key)
+        self._last[key] = (value, now)
+        if prev is None or now <= prev[1]:
+            return 0.0
+        return (value - prev[0]) / (now - prev[1])
+
+
+async def serve_metrics(host: str, port: int, render: Callable[[], str]) -> asyncio.Server:
+    """A minimal HTTP endpoint answering every GET with the Prometheus text of ``render()``."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
+            body = render().encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+            pass  # a scraper that hung up or sent junk; nothing to answer
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, host, port)

@@ -1,0 +1,141 @@
+"""Which weight versions the server holds, who is pinned to them, and when one may go.
+
+A version stays resident while it is the latest, while any live lease pins it, or while it was
+used within ``grace_s`` (a game that started just before a swap may not have reported its pin
+yet). Leases come from clients' heartbeats and expire when a client stops renewing them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from azserve.errors import Overloaded, VersionUnavailable
+
+
+@dataclass
+class _Version:
+    nbytes: int
+    loaded_at: float
+    last_used: float
+    served_rows: int = 0
+
+
+@dataclass
+class _Lease:
+    pins: dict[int, int]
+    expires: float
+
+
+@dataclass
+class VersionRegistry:
+    """Resident versions, the latest one, and client leases. Pure bookkeeping, no I/O."""
+
+    max_versions: int = 8
+    memory_budget_bytes: int = 1 << 30
+    grace_s: float = 10.0
+    latest: int = -1
+    _versions: dict[int, _Version] = field(default_factory=dict)
+    _leases: dict[str, _Lease] = field(default_factory=dict)
+
+    def resident(self) -> list[int]:
+        return sorted(self._versions)
+
+    def __contains__(self, version: int) -> bool:
+        return version in self._versions
+
+    def resolve(self, requested: int) -> int:
+        """The version a request is served by: -1 means the latest. Raises VersionUnavailable."""
+        v = self.latest if requested == -1 else requested
+        if v not in self._versions:
+            if requested == -1:
+                raise VersionUnavailable("VersionUnavailable", "the server holds no weights yet")
+            raise VersionUnavailable(
+                "VersionUnavailable",
+                f"version {requested} is not resident (resident: {self.resident()}, latest: {self.latest})",
+            )
+        return v
+
+    def touch(self, version: int, rows: int, now: float) -> None:
+        info = self._versions.get(version)
+        if info is not None:
+            info.last_used = now
+            info.served_rows += rows
+
+    def check_admit(self, nbytes: int, now: float, busy: set[int]) -> list[int]:
+        """Versions to evict so that one more of ``nbytes`` fits the budget. Raises
+        ``Overloaded`` when even evicting every evictable version would not make room."""
+        evictable = sorted(self.evictable(now, busy), key=lambda v: self._versions[v].last_used)
+        count = len(self._versions)
+        used = self.total_bytes()
+        evict: list[int] = []
+        while count + 1 > self.max_versions or used + nbytes > self.memory_budget_bytes:
+            if not evictable:
+                raise Overloaded(
+                    "Overloaded",
+                    f"cannot load another version: {count} resident using {used} bytes "
+                    f"(limits: {self.max_versions} versions, {self.memory_budget_bytes} bytes) "
+                    f"and all are latest, pinned or in use: {self.resident()}",
+                )
+            v = evictable.pop(0)
+            evict.append(v)
+            count -= 1
+            used -= self._versions[v].nbytes
+        return evict
+
+    def add(self, version: int, nbytes: int, now: float) -> None:
+        """Publish ``version``; it becomes the latest if it is the newest."""
+        self._versions[version] = _Version(nbytes=nbytes, loaded_at=now, last_used=now)
+        self.latest = max(self.latest, version)
+
+    def remove(self, version: int) -> None:
+        self._versions.pop(version, None)
+
+    def total_bytes(self) -> int:
+        return sum(v.nbytes for v in self._versions.values())
+
+    # --- leases --------------------------------------------------------------------------------
+
+    def update_lease(self, client: str, pins: dict[int, int], lease_s: float, now: float) -> None:
+        """Replace ``client``'s pins; an empty map releases its lease."""
+        live = {v: n for v, n in pins.items() if n > 0}
+        if live:
+            self._leases[client] = _Lease(pins=live, expires=now + lease_s)
+        else:
+            self._leases.pop(client, None)
+
+    def expire_leases(self, now: float) -> list[str]:
+        """Drop leases not renewed in time; returns the clients dropped."""
+        dead = [c for c, lease in self._leases.items() if lease.expires <= now]
+        for c in dead:
+            del self._leases[c]
+        return dead
+
+    def pinned(self) -> dict[int, int]:
+        """Version -> games pinned to it, over all live leases."""
+        out: dict[int, int] = {}
+        for lease in self._leases.values():
+            for v, n in lease.pins.items():
+                out[v] = out.get(v, 0) + n
+        return out
+
+    def evictable(self, now: float, busy: set[int]) -> list[int]:
+        """Resident versions that no one needs: not latest, unpinned, idle past the grace."""
+        pinned = self.pinned()
+        return [
+            v
+            for v, info in self._versions.items()
+            if v != self.latest
+            and v not in pinned
+            and v not in busy
+            and now - info.last_used >= self.grace_s
+        ]
+
+    def snapshot(self) -> dict[str, object]:
+        return {
+            "latest": self.latest,
+            "resident": self.resident(),
+            "pinned": {str(v): n for v, n in sorted(self.pinned().items())},
+            "clients_with_leases": len(self._leases),
+            "bytes": self.total_bytes(),
+            "served_rows": {str(v): i.served_rows for v, i in sorted(self._versions.items())},
+        }
