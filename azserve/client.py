@@ -86,8 +86,9 @@ class EvalClient:
         self.server_id: str | None = None
         self.stats = ClientStats()
         self._ids = itertools.count(1)
-        self._pending: dict[int, list[tuple[np.ndarray, asyncio.Future[Any], bool]]] = {}
-        self._pending_rows: dict[int, int] = {}
+        # Leaves of this tick, by (version, position shape, dtype): only alike arrays share a
+        # message, so one caller's malformed input cannot break its neighbours' requests.
+        self._pending: dict[tuple[int, tuple[int, ...], str], list[tuple[np.ndarray, asyncio.Future[Any], bool]]] = {}
         self._flush_scheduled = False
         self._inflight: dict[int, _InFlight] = {}
         self._control: dict[int, asyncio.Future[Any]] = {}
@@ -174,24 +175,24 @@ class EvalClient:
         Returns an awaitable future; the work leaves in this tick's coalesced message."""
         if self._state != "running":
             raise ServerClosed(f"EvalClient is {self._state}")
+        if obs.ndim not in (3, 4):
+            raise ValueError(f"obs must be [C,H,W] or [n,C,H,W], got shape {list(obs.shape)}")
         assert self._loop is not None
         fut: asyncio.Future[Any] = self._loop.create_future()
         single = obs.ndim == 3
-        rows = 1 if single else obs.shape[0]
-        self._pending.setdefault(version, []).append((obs, fut, single))
-        self._pending_rows[version] = self._pending_rows.get(version, 0) + rows
+        self._pending.setdefault((version, obs.shape[-3:], obs.dtype.str), []).append((obs, fut, single))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
         return fut
 
     def _flush(self) -> None:
-        """Send everything queued this tick: one message per version, split at ``max_rows``."""
+        """Send everything queued this tick: one message per version (and position shape and
+        dtype), split at ``max_rows``."""
         self._flush_scheduled = False
         pending, self._pending = self._pending, {}
-        self._pending_rows = {}
         now = time.monotonic()
-        for version, items in pending.items():
+        for (version, _, _), items in pending.items():
             chunk: list[tuple[np.ndarray, asyncio.Future[Any], bool]] = []
             rows = 0
             for item in items:

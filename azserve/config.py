@@ -29,18 +29,22 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str) -> T:
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(
-            f"{where}.{unknown[0]}: unknown key (known keys: {', '.join(sorted(fields))})"
+            f"{_join(where, unknown[0])}: unknown key (known keys: {', '.join(sorted(fields))})"
         )
     kwargs = {}
     for name, value in data.items():
-        kwargs[name] = _coerce(hints[name], value, f"{where}.{name}")
+        kwargs[name] = _coerce(hints[name], value, _join(where, name))
     try:
         obj = cls(**kwargs)
     except ConfigError:
         raise
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
+        raise ConfigError(f"{where or 'config'}: {exc}") from exc
     return obj
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
 
 
 def _coerce(tp: Any, value: Any, key: str) -> Any:

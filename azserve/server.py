@@ -102,7 +102,8 @@ class InferenceServer:
         self._sock: zmq.asyncio.Socket | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._batches: set[asyncio.Task[Any]] = set()
-        self._loading: set[int] = set()
+        self._loading: dict[int, asyncio.Event] = {}
+        self._computing: dict[int, int] = {}  # version -> batches in flight
         self._metrics_server: asyncio.AbstractServer | None = None
         self._authenticator: Any = None
         self._busy_since: float | None = None
@@ -178,6 +179,8 @@ class InferenceServer:
             sock.bind(self.cfg.bind)
         except (zmq.ZMQError, AzserveError) as exc:
             sock.close()
+            if self._authenticator is not None:  # its sockets would block term() for ever
+                self._authenticator.stop()
             self._ctx.term()
             self._state = "closed"
             await self.backend.aclose()
@@ -277,6 +280,10 @@ class InferenceServer:
             self._send_error(envelope, P.request_id_of(body[0]), "BadRequest", str(exc))
             return
         try:
+            # Every request carries ``proto``; replies sent to the server do not (they fail below).
+            proto = getattr(msg, "proto", P.PROTOCOL_VERSION)
+            if proto != P.PROTOCOL_VERSION:
+                raise _Bad("UnsupportedProtocol", f"proto {proto} (server speaks {P.PROTOCOL_VERSION})")
             if isinstance(msg, P.EvalRequest):
                 self._on_eval(envelope, msg, arrays)
             elif isinstance(msg, P.Ping):
@@ -299,8 +306,6 @@ class InferenceServer:
             raise _Bad("UnknownModel", f"unknown model {model!r}; this server serves {self.cfg.model!r}")
 
     def _on_eval(self, envelope: list[bytes], msg: P.EvalRequest, arrays: list[np.ndarray]) -> None:
-        if msg.proto != P.PROTOCOL_VERSION:
-            raise _Bad("UnsupportedProtocol", f"proto {msg.proto} (server speaks {P.PROTOCOL_VERSION})")
         self._check_model(msg.model)
         if len(arrays) != 1:
             raise _Bad("BadRequest", f"eval takes exactly 1 array (obs), got {len(arrays)}")
@@ -335,6 +340,7 @@ class InferenceServer:
             version, q = await self._next_ready()
             items, rows = q.take()
             self._queued_rows -= rows
+            self._computing[version] = self._computing.get(version, 0) + 1
             task = asyncio.create_task(self._run_batch(version, items, rows, slots), name=f"batch-v{version}")
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
@@ -389,6 +395,7 @@ class InferenceServer:
         finally:
             if buf is not None:
                 self._buffers.append(buf)
+            self._computing[version] -= 1
             slots.release()
         t_done = time.monotonic()
         self.m_compute.observe((t_done - t_start) * 1e3)
@@ -445,21 +452,16 @@ class InferenceServer:
         try:
             if checksum(blob) != msg.sha256:
                 raise _Bad("BadWeights", f"sha256 mismatch for version {v}")
-            if v in self.versions or v in self._loading:
-                # Idempotent for a publisher that retries after a lost ack.
-                self._send(envelope, P.Loaded(id=msg.id, model=msg.model, version=v, latest=self.versions.latest, load_ms=0.0))
-                return
-            if v < self.versions.latest:
-                raise _Bad("BadVersion", f"version {v} is older than the latest {self.versions.latest}")
-            self._loading.add(v)
-            try:
-                for old in self.versions.check_admit(len(blob), time.monotonic(), self._busy_versions()):
-                    await self._unload(old)
-                await self.backend.load(v, blob)
-            finally:
-                self._loading.discard(v)
-            self.versions.add(v, self.backend.version_bytes(v), time.monotonic())
-            self.m_swaps.inc()
+            # Loads are idempotent for a publisher that retries after a lost ack; a retry that
+            # overtakes the first load is acked only once that load is live.
+            if v in self._loading:
+                await self._loading[v].wait()
+                if v not in self.versions:
+                    raise _Bad("BadWeights", f"the concurrent load of version {v} failed")
+            elif v not in self.versions:
+                if v < self.versions.latest:
+                    raise _Bad("BadVersion", f"version {v} is older than the latest {self.versions.latest}")
+                await self._load_new(v, blob)
         except WeightsError as exc:
             self._send_error(envelope, msg.id, "BadWeights", str(exc))
             return
@@ -467,16 +469,31 @@ class InferenceServer:
             self._send_error(envelope, msg.id, exc.type, exc.message)
             return
         load_ms = (time.monotonic() - t0) * 1e3
-        log.info("version %d live in %.0f ms (resident %s)", v, load_ms, self.versions.resident())
         self._send(envelope, P.Loaded(id=msg.id, model=msg.model, version=v, latest=self.versions.latest, load_ms=load_ms))
 
+    async def _load_new(self, v: int, blob: bytes) -> None:
+        t0 = time.monotonic()
+        done = self._loading[v] = asyncio.Event()
+        try:
+            for old in self.versions.check_admit(len(blob), time.monotonic(), self._busy_versions()):
+                await self._unload(old)
+            await self.backend.load(v, blob)
+            self.versions.add(v, self.backend.version_bytes(v), time.monotonic())
+            self.m_swaps.inc()
+        finally:
+            del self._loading[v]
+            done.set()
+        log.info("version %d live in %.0f ms (resident %s)", v, (time.monotonic() - t0) * 1e3, self.versions.resident())
+
     def _busy_versions(self) -> set[int]:
-        return {v for v, q in self._queues.items() if len(q)}
+        """Versions with queued requests or a batch computing: never evicted."""
+        return {v for v, q in self._queues.items() if len(q)} | {v for v, n in self._computing.items() if n}
 
     async def _unload(self, version: int) -> None:
         self.versions.remove(version)
         q = self._queues.pop(version, None)
         if q is not None:
+            self._queued_rows -= q.rows
             for p in q.drain():
                 self._send_error(p.envelope, p.id, "VersionUnavailable", f"version {version} was retired")
         await self.backend.unload(version)

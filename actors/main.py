@@ -1,0 +1,53 @@
+"""``azserve actors``: one actor process (K game coroutines, one EvalClient, one sink)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+from typing import TYPE_CHECKING
+
+from actors.selfplay import ActorsConfig, SelfPlay, SelfPlayStats
+from actors.trajectory import SinkConfig, open_sink
+from azserve.client import EvalClient
+
+if TYPE_CHECKING:
+    from azserve.schema import Config
+
+log = logging.getLogger("actors")
+
+
+def sink_config(cfg: ActorsConfig) -> SinkConfig:
+    """The trajectory sink the actors section asks for."""
+    if cfg.sink == "learner":
+        return SinkConfig(endpoint=cfg.learner, max_outbox=cfg.max_outbox)
+    if cfg.sink == "file":
+        return SinkConfig(path=cfg.file, max_outbox=cfg.max_outbox)
+    return SinkConfig(max_outbox=cfg.max_outbox)
+
+
+async def run_actors(cfg: Config, actor_id: str | None = None, stop: asyncio.Event | None = None) -> SelfPlayStats:
+    """Run self-play until stopped (SIGINT/SIGTERM or ``stop``) or the game budget is spent."""
+    actor_id = actor_id or f"{socket.gethostname()}-{os.getpid()}"
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+    # server <- client <- games -> sink -> learner
+    client = EvalClient(cfg.client, cfg.auth)
+    await client.start()
+    sink = open_sink(sink_config(cfg.actors))
+    await sink.start()
+    selfplay = SelfPlay(cfg.game, cfg.actors, cfg.mcts, client, sink, actor_id)
+    try:
+        stats = await selfplay.run(stop)
+    finally:
+        undelivered = await sink.aclose()
+        await client.aclose()
+    if undelivered:
+        log.warning("%d trajectories were not delivered", undelivered)
+    log.info("actor %s done: %d games, %d positions", actor_id, stats.games, stats.positions)
+    return stats

@@ -1,0 +1,215 @@
+"""Self-play: K game coroutines in one process sharing one EvalClient and one trajectory sink.
+
+Each game pins the latest weights version known at its start and uses it for every evaluation
+until its end; the finished game becomes one ``Trajectory`` (obs, MCTS policy, outcome).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from actors.games import Game, make_game
+from actors.mcts import MCTS, MCTSConfig
+from actors.trajectory import TrajectorySink
+from azserve import protocol as P
+from azserve.client import EvalClient
+
+log = logging.getLogger("actors.selfplay")
+
+
+@dataclass(frozen=True)
+class ActorsConfig:
+    """Self-play processes."""
+
+    processes: int = 1
+    """Actor processes that ``train``/``launch`` start (each runs ``games`` coroutines)."""
+    games: int = 256
+    """Concurrent game coroutines per process: enough leaves in flight for large batches."""
+    sink: Literal["learner", "file", "null"] = "learner"
+    """Where finished games go: the learner endpoint, a local file, or only counted."""
+    learner: str = "tcp://127.0.0.1:5556"
+    """The learner's trajectory endpoint (sink = learner)."""
+    file: str = "trajectories.azt"
+    """Output file (sink = file)."""
+    max_outbox: int = 512
+    """Unacknowledged trajectories kept for resending; a full outbox makes games wait."""
+    max_games: int = 0
+    """Stop after this many finished games per process (0 = until stopped)."""
+    status_interval_s: float = 5.0
+    """Seconds between status lines (0 = none)."""
+    seed: int = 0
+    """Base seed; each process and game coroutine derives its own stream."""
+
+
+@dataclass
+class SelfPlayStats:
+    """Counters of one actor process (cheap, always on)."""
+
+    games: int = 0
+    positions: int = 0
+    simulations: int = 0
+    evaluations: int = 0
+    resigned: int = 0
+    no_resign_games: int = 0
+    false_resign: int = 0
+    """No-resign games where the side that would have resigned did not lose (calibration)."""
+    results: dict[int, int] = field(default_factory=lambda: {1: 0, 0: 0, -1: 0})
+    """First player's outcomes: +1 win, 0 draw, -1 loss."""
+    loop_lag_ms: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class FinishedGame:
+    """One game's training data. obs uint8 ``[T,C,H,W]``, policy float32 ``[T,A]``, outcome
+    float32 ``[T]`` (final result from the side to move at each position)."""
+
+    obs: np.ndarray
+    policy: np.ndarray
+    outcome: np.ndarray
+    version: int
+    result: float
+    resigned: bool
+
+
+async def play_game(game: Game, mcts_cfg: MCTSConfig, client: EvalClient, rng: np.random.Generator, stats: SelfPlayStats) -> FinishedGame:
+    """Play one game against itself on the version pinned at its start."""
+    mcts = MCTS(game, mcts_cfg, rng)
+    with client.pin_latest() as version:
+        evaluate = lambda obs: client.evaluate(obs, version)  # noqa: E731 - binds the pin
+        state = game.initial_state()
+        obs, policies, movers = [], [], []
+        resign_allowed = mcts.sample_resign_allowed()
+        would_resign: int | None = None  # mover who would have resigned in a no-resign game
+        resigner: int | None = None
+        move = 0
+        while not game.is_terminal(state):
+            res = await mcts.search(state, evaluate, add_noise=True)
+            stats.simulations += mcts_cfg.num_simulations
+            stats.evaluations += res.num_evaluations
+            mover = game.to_play(state)
+            if mcts.should_resign(res.root_value, move, resign_allowed):
+                resigner = mover
+                break
+            if would_resign is None and mcts.should_resign(res.root_value, move, True):
+                would_resign = mover
+            obs.append(game.encode(state))
+            policies.append(mcts.policy_target(res.visits))
+            movers.append(mover)
+            action = mcts.select_action(res.visits, move)
+            state = game.apply(state, action)
+            mcts.advance(action)
+            move += 1
+    if resigner is not None:
+        first_result = -1.0 if resigner == 0 else 1.0
+    else:
+        # terminal_value is for the side to move at the end; turn it into the first player's.
+        tv = game.terminal_value(state)
+        first_result = tv if game.to_play(state) == 0 else -tv
+    movers_a = np.array(movers, dtype=np.int64)
+    outcome = np.where(movers_a == 0, first_result, -first_result).astype(np.float32)
+    stats.games += 1
+    stats.positions += len(obs)
+    stats.results[int(first_result)] += 1
+    stats.resigned += resigner is not None
+    if not resign_allowed:
+        stats.no_resign_games += 1
+        loser = 0 if first_result < 0 else 1 if first_result > 0 else None
+        stats.false_resign += would_resign is not None and would_resign != loser
+    return FinishedGame(
+        obs=np.stack(obs) if obs else np.zeros((0, *game.obs_shape), np.uint8),
+        policy=np.stack(policies) if policies else np.zeros((0, game.num_actions), np.float32),
+        outcome=outcome,
+        version=version,
+        result=first_result,
+        resigned=resigner is not None,
+    )
+
+
+def to_message(g: FinishedGame, actor: str, game_id: int, game_name: str) -> tuple[P.Trajectory, list[np.ndarray]]:
+    """A finished game as its wire message and arrays."""
+    msg = P.Trajectory(
+        actor=actor, game_id=game_id, game=game_name, version=g.version,
+        length=len(g.outcome), result=g.result, resigned=g.resigned,
+    )
+    return msg, [g.obs, g.policy, g.outcome]
+
+
+class SelfPlay:
+    """Runs ``cfg.games`` game coroutines until stopped or ``max_games`` finished."""
+
+    def __init__(self, game_name: str, cfg: ActorsConfig, mcts_cfg: MCTSConfig, client: EvalClient, sink: TrajectorySink, actor_id: str) -> None:
+        self.game = make_game(game_name)
+        self.cfg = cfg
+        self.mcts_cfg = mcts_cfg
+        self.client = client
+        self.sink = sink
+        self.actor_id = actor_id
+        self.stats = SelfPlayStats()
+        self._next_game_id = 0
+        self._done = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> SelfPlayStats:
+        """Play until ``stop`` is set or the game budget is spent; games in progress then end."""
+        workers = [asyncio.create_task(self._worker(i), name=f"game-{i}") for i in range(self.cfg.games)]
+        monitors = [asyncio.create_task(self._lag_monitor(), name="loop-lag")]
+        if self.cfg.status_interval_s:
+            monitors.append(asyncio.create_task(self._status_loop(), name="status"))
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._done.wait())]
+        try:
+            await asyncio.wait([*waiters, *workers], return_when=asyncio.FIRST_COMPLETED)
+            for w in workers:  # a worker that ended early raised: surface it
+                if w.done() and not w.cancelled() and w.exception() is not None:
+                    raise w.exception()  # type: ignore[misc]
+        finally:
+            for t in [*workers, *monitors, *waiters]:
+                t.cancel()
+            await asyncio.gather(*workers, *monitors, *waiters, return_exceptions=True)
+        return self.stats
+
+    async def _worker(self, index: int) -> None:
+        rng = np.random.default_rng([self.cfg.seed, zlib.crc32(self.actor_id.encode()), index])
+        while True:
+            if self.cfg.max_games and self._next_game_id >= self.cfg.max_games:
+                return
+            game_id = self._next_game_id
+            self._next_game_id += 1
+            finished = await play_game(self.game, self.mcts_cfg, self.client, rng, self.stats)
+            msg, arrays = to_message(finished, self.actor_id, game_id, self.game.name)
+            await self.sink.send(msg, *arrays)
+            if self.cfg.max_games and self.stats.games >= self.cfg.max_games:
+                self._done.set()
+
+    async def _lag_monitor(self, period: float = 0.1) -> None:
+        """Event-loop lag: how late a timer fires, smoothed."""
+        loop = asyncio.get_running_loop()
+        while True:
+            t = loop.time()
+            await asyncio.sleep(period)
+            lag = max(0.0, (loop.time() - t - period) * 1e3)
+            self.stats.loop_lag_ms = 0.8 * self.stats.loop_lag_ms + 0.2 * lag
+
+    async def _status_loop(self) -> None:
+        last = (time.monotonic(), 0, 0, 0, 0)
+        while True:
+            await asyncio.sleep(self.cfg.status_interval_s)
+            s = self.stats
+            now = time.monotonic()
+            dt = now - last[0]
+            log.info(
+                "games/s %.2f  positions/s %.1f  sims/s %.0f  evals/s %.0f  in flight %d  loop lag %.1f ms  "
+                "games %d  latest v%d  W/D/L %d/%d/%d",
+                (s.games - last[1]) / dt, (s.positions - last[2]) / dt, (s.simulations - last[3]) / dt,
+                (s.evaluations - last[4]) / dt, self.client.pending_rows(), s.loop_lag_ms,
+                s.games, self.client.latest_version, s.results[1], s.results[0], s.results[-1],
+            )
+            last = (now, s.games, s.positions, s.simulations, s.evaluations)
+
+

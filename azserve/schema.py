@@ -1,0 +1,113 @@
+"""The whole configuration: one section per component, each defined next to its component.
+
+``load_config(path, overrides)`` reads a TOML file from configs/, applies ``--set`` overrides,
+checks every key and value, and returns a frozen ``Config``. Each component receives only its
+own section.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actors.mcts import MCTSConfig
+from actors.selfplay import ActorsConfig
+from azserve.auth import AuthConfig
+from azserve.backends.base import BackendConfig
+from azserve.client import ClientConfig
+from azserve.config import apply_overrides, dump_toml, from_dict, read_toml, to_dict
+from azserve.errors import ConfigError
+from azserve.server import ServerConfig
+from learner.checkpoint import CheckpointConfig
+from learner.evaluate import EvalConfig
+from learner.learn import LearnerConfig
+from learner.network import NetConfig
+from learner.replay import ReplayConfig
+from learner.trainer import TrainerConfig
+
+GAMES = ("tictactoe", "connect4")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """``azserve train``: the whole loop on one machine."""
+
+    minutes: float = 0.0
+    """Stop after this many minutes (0 = no time budget)."""
+    steps: int = 0
+    """Stop after this many learner steps (0 = no step budget)."""
+    games: int = 0
+    """Stop after this many self-play games in total (0 = no game budget)."""
+    restart_children: bool = False
+    """Restart a crashed child process (else a crash stops the run cleanly)."""
+    max_restarts: int = 3
+    """Restarts allowed per child before the run stops."""
+    server_threads: int = 1
+    """torch threads of the inference server."""
+    learner_threads: int = 1
+    """torch threads of the learner."""
+    status_interval_s: float = 5.0
+    """Seconds between rows of the live status table."""
+    eval_every_s: float = 60.0
+    """Seconds between evaluations of the latest checkpoint (0 = only at the end)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything one run needs."""
+
+    game: str = "connect4"
+    """The game: ``tictactoe`` or ``connect4``."""
+    net: NetConfig = field(default_factory=NetConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    mcts: MCTSConfig = field(default_factory=MCTSConfig)
+    actors: ActorsConfig = field(default_factory=ActorsConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        if self.game not in GAMES:
+            raise ConfigError(f"game: unknown game {self.game!r} (known: {', '.join(GAMES)})")
+        if self.client.model != self.server.model:
+            raise ConfigError(
+                f"client.model={self.client.model!r} differs from server.model={self.server.model!r}"
+            )
+        if self.client.max_rows > self.server.max_batch_size:
+            raise ConfigError(
+                f"client.max_rows={self.client.max_rows} exceeds server.max_batch_size="
+                f"{self.server.max_batch_size} (the server would refuse such requests)"
+            )
+
+
+def load_config(path: str | os.PathLike[str] | None, overrides: list[str] = ()) -> Config:  # type: ignore[assignment]
+    """Read, override and check a config. Bad keys or values raise ``ConfigError``."""
+    data = read_toml(path) if path else {}
+    data = apply_overrides(data, list(overrides))
+    return from_dict(Config, data, "")
+
+
+def replace(cfg: Config, **sections: Any) -> Config:
+    """A copy of ``cfg`` with some sections (or fields of sections, as dicts) replaced."""
+    out: dict[str, Any] = {}
+    for name, value in sections.items():
+        current = getattr(cfg, name)
+        out[name] = dataclasses.replace(current, **value) if isinstance(value, dict) else value
+    return dataclasses.replace(cfg, **out)
+
+
+def save_config(cfg: Config, path: str | os.PathLike[str]) -> Path:
+    """Write the resolved config as TOML beside a run's outputs."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(dump_toml(to_dict(cfg)))
+    return p

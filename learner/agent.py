@@ -1,0 +1,118 @@
+"""A trained agent in-process: network + MCTS, for analysis, play and evaluation.
+
+``LocalEvaluator`` gives MCTS the same coalescing the EvalClient gives actors, without a
+server: every leaf pending in one event-loop tick goes through the network in one batch, so
+thousands of concurrent searches run at batched speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from actors.games import Game, State
+from actors.mcts import MCTS, MCTSConfig
+from learner.network import NetConfig, build_net
+
+
+class LocalEvaluator:
+    """``await evaluate(obs [C,H,W] uint8) -> (logits [A], value)`` batched per loop tick."""
+
+    def __init__(self, model: torch.nn.Module, max_batch: int = 1024) -> None:
+        self.model = model.eval()
+        self.max_batch = max_batch
+        self._pending: list[tuple[np.ndarray, asyncio.Future[Any]]] = []
+        self._scheduled = False
+        self.evaluations = 0
+
+    def __call__(self, obs: np.ndarray) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._pending.append((obs, fut))
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, []
+        for i in range(0, len(pending), self.max_batch):
+            chunk = pending[i : i + self.max_batch]
+            logits, values = self.infer(np.stack([o for o, _ in chunk]))
+            for (_, fut), lg, v in zip(chunk, logits, values):
+                if not fut.done():
+                    fut.set_result((lg, float(v)))
+
+    def infer(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """obs uint8 ``[B,C,H,W]`` -> (logits ``[B,A]``, values ``[B]``)."""
+        self.evaluations += len(obs)
+        with torch.inference_mode():
+            logits, values = self.model(torch.from_numpy(np.ascontiguousarray(obs)).float())
+        return logits.numpy(), values.numpy()
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One position's analysis. policy float32 ``[A]`` (masked softmax of the raw network),
+    value for the side to move, the chosen move, and visits int ``[A]`` when sims > 0."""
+
+    policy: np.ndarray
+    value: float
+    move: int
+    visits: np.ndarray | None
+
+
+class Agent:
+    """Network + search over one game."""
+
+    def __init__(self, game: Game, net: NetConfig, state: dict[str, torch.Tensor] | None, mcts: MCTSConfig, seed: int = 0) -> None:
+        self.game = game
+        model = build_net(net, seed=seed)
+        if state is not None:
+            model.load_state_dict(state)
+        self.evaluator = LocalEvaluator(model)
+        # Analysis is deterministic: no noise, no temperature, no resignation.
+        self.mcts_cfg = replace(mcts, temperature=0.0, temperature_moves=0, resign_threshold=-2.0, dirichlet_fraction=0.0)
+        self.seed = seed
+
+    def policy_value(self, states: list[State]) -> tuple[np.ndarray, np.ndarray]:
+        """Raw network: masked-softmax policy ``[N,A]`` and values ``[N]`` for the side to move."""
+        if not states:
+            return np.zeros((0, self.game.num_actions), np.float32), np.zeros(0, np.float32)
+        logits, values = self.evaluator.infer(self.game.encode_batch(states))
+        masks = np.stack([self.game.legal_mask(s) for s in states])
+        logits = np.where(masks, logits, -np.inf)
+        logits = logits - logits.max(axis=1, keepdims=True)
+        p = np.exp(logits)
+        return (p / p.sum(axis=1, keepdims=True)).astype(np.float32), values.astype(np.float32)
+
+    async def analyze(self, states: list[State], sims: int) -> list[Analysis]:
+        """Analyse many positions at once (their searches share batches)."""
+        policy, values = self.policy_value(states)
+        if sims <= 0:
+            return [
+                Analysis(p, float(v), int(np.argmax(p)), None) for p, v in zip(policy, values)
+            ]
+        cfg = replace(self.mcts_cfg, num_simulations=sims)
+
+        async def one(i: int, s: State) -> np.ndarray:
+            mcts = MCTS(self.game, cfg, np.random.default_rng([self.seed, i]))
+            return (await mcts.search(s, self.evaluator, add_noise=False)).visits
+
+        visits = await asyncio.gather(*(one(i, s) for i, s in enumerate(states)))
+        out = []
+        for p, v, n, s in zip(policy, values, visits, states):
+            # Most visited; ties go to the higher prior (a stable, legal choice).
+            best = np.flatnonzero(n == n.max())
+            move = int(best[np.argmax(p[best])])
+            assert self.game.legal_mask(s)[move]
+            out.append(Analysis(p, float(v), move, n))
+        return out
+
+    def analyze_sync(self, states: list[State], sims: int) -> list[Analysis]:
+        return asyncio.run(self.analyze(states, sims))

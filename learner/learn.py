@@ -1,0 +1,214 @@
+"""The learner process: receive trajectories -> replay -> train -> publish -> checkpoint.
+
+The event loop owns the trajectory socket and the publisher; training steps run on a worker
+thread so trajectories keep arriving while a step computes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from actors.games import make_game
+from azserve.config import to_dict
+from azserve.weights import state_dict_to_bytes
+from learner.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from learner.publisher import Publisher
+from learner.receiver import ReceiverConfig, TrajectoryReceiver
+from learner.replay import Replay
+from learner.runlog import RunLog
+from learner.trainer import Trainer
+
+if TYPE_CHECKING:
+    from azserve.schema import Config
+
+log = logging.getLogger("learner")
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """The learner process: where trajectories arrive and where weights go."""
+
+    bind: str = "tcp://127.0.0.1:5556"
+    """Endpoint the trajectory receiver binds (actors' ``actors.learner``)."""
+    servers: tuple[str, ...] = ("tcp://127.0.0.1:5555",)
+    """Inference servers every new version is published to."""
+    publish_timeout_s: float = 60.0
+    """How long to wait for one server's ack before catching it up in the background."""
+    threads: int = 1
+    """torch intra-op threads for training on CPU (0 = torch's default)."""
+    status_interval_s: float = 5.0
+    """Seconds between status lines (0 = none)."""
+    log_every: int = 10
+    """Training steps between rows of metrics.jsonl."""
+    max_steps: int = 0
+    """Stop after this many training steps in total (0 = until stopped)."""
+
+
+class Learner:
+    """One learner; ``await run(stop)`` until ``stop`` is set or ``max_steps`` is reached."""
+
+    def __init__(self, cfg: Config, run_dir: str | Path, resume: bool = False) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.ckpt_dir = self.run_dir / cfg.checkpoint.dir
+        game = make_game(cfg.game)
+        if game.obs_shape != cfg.net.obs_shape or game.num_actions != cfg.net.num_actions:
+            from azserve.errors import ConfigError
+
+            raise ConfigError(
+                f"net: in_channels/height/width/num_actions {cfg.net.obs_shape}/{cfg.net.num_actions} "
+                f"do not fit {cfg.game} ({game.obs_shape}/{game.num_actions})"
+            )
+        if cfg.learner.threads > 0:
+            torch.set_num_threads(cfg.learner.threads)
+        self.trainer = Trainer(cfg.net, cfg.trainer, symmetries=game.symmetries)
+        if resume:
+            self._resume()
+        self.replay = Replay(cfg.replay, cfg.net.obs_shape, cfg.net.num_actions)
+        self.replay.set_current_version(self.trainer.version)
+        self.receiver = TrajectoryReceiver(
+            ReceiverConfig(endpoint=cfg.learner.bind), cfg.net.obs_shape, cfg.net.num_actions,
+            self._on_trajectory, game=cfg.game,
+        )
+        self.publisher = Publisher(list(cfg.learner.servers), cfg.server.model, cfg.auth, cfg.learner.publish_timeout_s)
+        self.runlog = RunLog(self.run_dir)
+        self._data = asyncio.Event()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="learner-step")
+        self.games = 0
+        self.positions = 0
+        self.wait_s = 0.0
+        self.train_s = 0.0
+        self.last: dict[str, float] = {}
+        self.publish_ms: list[float] = []
+
+    def _resume(self) -> None:
+        path = latest_checkpoint(self.ckpt_dir)
+        if path is None:
+            log.info("no checkpoint in %s: starting fresh", self.ckpt_dir)
+            return
+        ckpt = load_checkpoint(path)
+        self.trainer.load_state_dict(ckpt.trainer_state())
+        log.info("resumed from %s: step %d, version %d", path, self.trainer.step_count, self.trainer.version)
+
+    def _on_trajectory(self, msg: Any, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray) -> None:
+        self.replay.insert(obs, policy, outcome, msg.version)
+        self.games += 1
+        self.positions += len(outcome)
+        self._data.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        # actors -> receiver -> replay ; trainer -> publisher -> servers
+        await self.receiver.start()
+        await self.publisher.start()
+        try:
+            await self._publish()  # the servers start on the learner's current weights
+            status = asyncio.create_task(self._status_loop(), name="learner-status")
+            try:
+                await self._train_loop(stop)
+            finally:
+                status.cancel()
+        finally:
+            await self.receiver.aclose()
+            await self.publisher.aclose()
+            self._pool.shutdown(wait=True)
+            self.runlog.close()
+
+    async def _train_loop(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        bs = self.cfg.trainer.batch_size
+        max_steps = self.cfg.learner.max_steps
+        while not stop.is_set():
+            if max_steps and self.trainer.step_count >= max_steps:
+                log.info("max_steps %d reached", max_steps)
+                return
+            if not self.replay.can_sample(bs):
+                # Actor-bound: wait for fresh data rather than overtrain the window.
+                t0 = time.monotonic()
+                self._data.clear()
+                stopper = asyncio.ensure_future(stop.wait())
+                await asyncio.wait([stopper, asyncio.ensure_future(self._data.wait())], timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+                stopper.cancel()
+                self.wait_s += time.monotonic() - t0
+                continue
+            batch = self.replay.sample(bs, self.trainer.rng)
+            t0 = time.monotonic()
+            self.last = await loop.run_in_executor(self._pool, self.trainer.step, batch)
+            self.train_s += time.monotonic() - t0
+            step = self.trainer.step_count
+            if step % self.cfg.learner.log_every == 0:
+                self.runlog.write(self.row(), step)
+            if self.trainer.publish_due:
+                self.trainer.bump_version()
+                self.replay.set_current_version(self.trainer.version)
+                await self._publish()
+                await loop.run_in_executor(self._pool, self._checkpoint)
+
+    async def _publish(self) -> None:
+        blob = state_dict_to_bytes(self.trainer.model.state_dict())
+        t0 = time.monotonic()
+        acks = await self.publisher.publish(self.trainer.version, blob)
+        ms = (time.monotonic() - t0) * 1e3
+        self.publish_ms.append(ms)
+        log.info("published v%d to %d/%d servers in %.0f ms", self.trainer.version, len(acks), len(self.publisher.servers), ms)
+
+    def _checkpoint(self) -> Path:
+        return save_checkpoint(
+            self.ckpt_dir, self.trainer.step_count, self.trainer.version, self.trainer.state_dict(),
+            to_dict(self.cfg), keep_last=self.cfg.checkpoint.keep_last, keep_every=self.cfg.checkpoint.keep_every,
+        )
+
+    def checkpoint_now(self) -> Path:
+        """A checkpoint of the current state (on a clean stop)."""
+        return self._checkpoint()
+
+    def row(self) -> dict[str, Any]:
+        m = self.replay.metrics()
+        busy = self.train_s / max(self.train_s + self.wait_s, 1e-9)
+        return {
+            "step": self.trainer.step_count,
+            "version": self.trainer.version,
+            "games": self.games,
+            "positions": self.positions,
+            **{k: v for k, v in self.last.items() if k != "step"},
+            "replay_size": m.size,
+            "reuse": m.reuse,
+            "mean_lag": m.mean_lag,
+            "insert_rate": m.insert_rate,
+            "sample_rate": m.sample_rate,
+            "dropped_stale": m.dropped_stale,
+            "learner_busy": busy,
+            "bound": "learner" if busy > 0.5 else "actor",
+        }
+
+    async def _status_loop(self) -> None:
+        interval = self.cfg.learner.status_interval_s
+        if not interval:
+            return
+        last_steps, last_t = self.trainer.step_count, time.monotonic()
+        last_busy = (self.train_s, self.wait_s)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            steps = self.trainer.step_count
+            sps = (steps - last_steps) / (now - last_t)
+            dt_train, dt_wait = self.train_s - last_busy[0], self.wait_s - last_busy[1]
+            busy = dt_train / max(dt_train + dt_wait, 1e-9)
+            m = self.replay.metrics()
+            verdict = "saturated (learner-bound)" if busy > 0.5 else "waiting for data (actor-bound)"
+            log.info(
+                "steps/s %.2f  samples/s %.0f  loss %.3f (pi %.3f v %.3f)  reuse %.2f  lag %.2f  "
+                "replay %d  v%d  games %d  %s",
+                sps, sps * self.cfg.trainer.batch_size, self.last.get("loss", float("nan")),
+                self.last.get("policy_loss", float("nan")), self.last.get("value_loss", float("nan")),
+                m.reuse, m.mean_lag, m.size, self.trainer.version, self.games, verdict,
+            )
+            last_steps, last_t, last_busy = steps, now, (self.train_s, self.wait_s)

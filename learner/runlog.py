@@ -1,0 +1,57 @@
+"""A run's scalar log: ``metrics.jsonl`` (one JSON object per line) and TensorBoard scalars."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+
+class RunLog:
+    """Append rows to ``DIR/metrics.jsonl`` and, when tensorboard is installed, ``DIR/tb``."""
+
+    def __init__(self, run_dir: str | Path, tensorboard: bool = True) -> None:
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._file = (self.dir / "metrics.jsonl").open("a", buffering=1)
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard is a core dependency; tolerate a slim install
+                SummaryWriter = None  # noqa: N806
+            if SummaryWriter is not None:
+                self._tb = SummaryWriter(str(self.dir / "tb"))
+
+    def write(self, row: dict[str, Any], step: int) -> None:
+        row = {"time": time.time(), **row}
+        self._file.write(json.dumps(row, default=_jsonable) + "\n")
+        if self._tb is not None:
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("time", "step"):
+                    self._tb.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _jsonable(x: Any) -> Any:
+    if hasattr(x, "item"):
+        return x.item()
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    return str(x)
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All rows of a metrics.jsonl (a torn last line from a crash is skipped)."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
