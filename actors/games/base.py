@@ -1,0 +1,132 @@
+"""The game contract every actor, learner and test codes against.
+
+Games are two-player, zero-sum, with strictly alternating turns: MCTS relies on the last
+point to flip the sign of a value at every ply. States are immutable, hashable tuples
+(each game uses its own NamedTuple); ``apply`` returns a new state.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import TypeAlias
+
+import numpy as np
+
+State: TypeAlias = tuple
+"""An immutable, hashable game position (each game defines a NamedTuple)."""
+
+
+class Game(abc.ABC):
+    """Rules, observation encoding and symmetries of one board game.
+
+    Instances hold no per-game data, so one instance serves any number of games.
+    """
+
+    name: str
+    """Registry name, e.g. ``"tictactoe"``, ``"connect4"``."""
+    num_actions: int
+    """A: size of the action space (policy vectors are ``float32 [A]``)."""
+    obs_shape: tuple[int, int, int]
+    """(C, H, W) of ``encode``'s uint8 planes."""
+
+    @abc.abstractmethod
+    def initial_state(self) -> State:
+        """The empty board, first player to move."""
+
+    @abc.abstractmethod
+    def legal_actions(self, s: State) -> list[int]:
+        """Legal actions at ``s`` in increasing order; empty at a terminal state.
+
+        The returned list may be shared between calls: callers must not mutate it.
+        """
+
+    def legal_mask(self, s: State) -> np.ndarray:
+        """bool [A], True where the action is legal at ``s``."""
+        mask = np.zeros(self.num_actions, dtype=bool)
+        mask[self.legal_actions(s)] = True
+        return mask
+
+    @abc.abstractmethod
+    def apply(self, s: State, a: int) -> State:
+        """The state after the side to move plays ``a``; ValueError if illegal or over."""
+
+    @abc.abstractmethod
+    def is_terminal(self, s: State) -> bool:
+        """True when the game is over at ``s``."""
+
+    @abc.abstractmethod
+    def terminal_value(self, s: State) -> float:
+        """Outcome at terminal ``s`` for the side to move there: +1 win, 0 draw, -1 loss.
+
+        ValueError if ``s`` is not terminal.
+        """
+
+    @abc.abstractmethod
+    def to_play(self, s: State) -> int:
+        """The side to move: 0 for the first player, 1 for the second."""
+
+    @abc.abstractmethod
+    def encode(self, s: State) -> np.ndarray:
+        """uint8 [C, H, W] planes from the side to move's perspective.
+
+        Plane 0 holds the side to move's stones, plane 1 the opponent's.
+        """
+
+    def encode_batch(self, states: Sequence[State]) -> np.ndarray:
+        """uint8 [N, C, H, W]: ``encode`` of each state."""
+        out = np.empty((len(states), *self.obs_shape), dtype=np.uint8)
+        for i, s in enumerate(states):
+            out[i] = self.encode(s)
+        return out
+
+    @abc.abstractmethod
+    def symmetries(
+        self, obs: np.ndarray, policy: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """All board symmetries, identity first, applied consistently to boards and policies.
+
+        Args:
+            obs: uint8 [N, C, H, W] encoded positions.
+            policy: float32 [N, A] policies over those positions' actions.
+
+        Returns:
+            One (obs uint8 [N, C, H, W], policy float32 [N, A]) pair per symmetry.
+        """
+
+    @abc.abstractmethod
+    def render(self, s: State) -> str:
+        """ASCII board (first player X, second player O), top row first."""
+
+    def parse_move(self, text: str) -> int:
+        """A zero-based action from its decimal text; ValueError otherwise."""
+        try:
+            a = int(text.strip())
+        except ValueError:
+            raise ValueError(
+                f"{self.name}: move {text!r} is not an integer in 0..{self.num_actions - 1}"
+            ) from None
+        if not 0 <= a < self.num_actions:
+            raise ValueError(f"{self.name}: move {a} is out of range 0..{self.num_actions - 1}")
+        return a
+
+    def format_move(self, a: int) -> str:
+        """The text ``parse_move`` reads back as ``a``."""
+        if not 0 <= a < self.num_actions:
+            raise ValueError(f"{self.name}: move {a} is out of range 0..{self.num_actions - 1}")
+        return str(a)
+
+    def from_moves(self, moves: Sequence[int]) -> State:
+        """The state reached by playing ``moves`` from the initial state.
+
+        ValueError naming the index of the first move that is illegal or comes after the end.
+        """
+        s = self.initial_state()
+        for i, a in enumerate(moves):
+            if self.is_terminal(s):
+                raise ValueError(f"{self.name}: move #{i} ({a}) comes after the game ended")
+            try:
+                s = self.apply(s, a)
+            except ValueError as e:
+                raise ValueError(f"{self.name}: move #{i} ({a}) is illegal: {e}") from None
+        return s
