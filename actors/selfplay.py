@@ -164,10 +164,15 @@ class SelfPlay:
             monitors.append(asyncio.create_task(self._status_loop(), name="status"))
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._done.wait())]
         try:
-            await asyncio.wait([*waiters, *workers], return_when=asyncio.FIRST_COMPLETED)
-            for w in workers:  # a worker that ended early raised: surface it
-                if w.done() and not w.cancelled() and w.exception() is not None:
-                    raise w.exception()  # type: ignore[misc]
+            pending = set(workers)
+            while pending:
+                done, _ = await asyncio.wait([*waiters, *pending], return_when=asyncio.FIRST_COMPLETED)
+                if any(w in done for w in waiters):
+                    break
+                for w in done:  # a worker ends by itself only at the game budget, or by raising
+                    pending.discard(w)  # type: ignore[arg-type]
+                    if w.exception() is not None:
+                        raise w.exception()  # type: ignore[misc]
         finally:
             for t in [*workers, *monitors, *waiters]:
                 t.cancel()
