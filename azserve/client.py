@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -27,7 +28,7 @@ import zmq.asyncio
 
 from azserve import protocol as P
 from azserve.auth import AuthConfig, client_auth
-from azserve.errors import RequestTimeout, ServerClosed, remote_error
+from azserve.errors import ConfigError, RequestTimeout, ServerClosed, remote_error
 from azserve.weights import checksum
 
 log = logging.getLogger("azserve.client")
@@ -112,8 +113,14 @@ class EvalClient:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
-        client_auth(sock, self.auth)
-        sock.connect(self.cfg.server)
+        try:
+            client_auth(sock, self.auth)
+            sock.connect(self.cfg.server)
+        except (ConfigError, zmq.ZMQError):
+            sock.close()
+            self._ctx.term()
+            self._state = "closed"
+            raise
         self._sock = sock
         self._state = "running"
         self._tasks = [
@@ -212,7 +219,7 @@ class EvalClient:
         frames = P.encode(P.EvalRequest(id=rid, model=self.cfg.model, version=version), [obs])
         futures = []
         row = 0
-        for (o, fut, single), a in zip(chunk, arrays):
+        for (_, fut, single), a in zip(chunk, arrays, strict=True):
             futures.append((fut, row, -1 if single else a.shape[0]))
             row += a.shape[0]
         self._inflight[rid] = _InFlight(frames, futures, now, now)
@@ -360,12 +367,17 @@ class EvalClient:
             if self._pins_dirty or (self._pins and now - last_pins >= self.cfg.lease_s / 3):
                 self._send_pins()
                 last_pins = now
-            self._resend(now, lambda inf: now - inf.sent_at >= self.cfg.retry_after_s)
+            self._resend(now, lambda inf, now=now: now - inf.sent_at >= self.cfg.retry_after_s)
             rid = next(self._ids)
             self._control[rid] = fut = asyncio.get_running_loop().create_future()
-            fut.add_done_callback(lambda f, rid=rid: self._control.pop(rid, None))
+            fut.add_done_callback(functools.partial(self._heartbeat_done, rid))
             self._send_frames(P.encode(P.Ping(id=rid)))
             self._loop.call_later(self.cfg.heartbeat_s * 3, _cancel, fut)  # type: ignore[union-attr]
+
+    def _heartbeat_done(self, rid: int, fut: asyncio.Future[Any]) -> None:
+        self._control.pop(rid, None)
+        if not fut.cancelled():
+            fut.exception()  # no one awaits a heartbeat: its error (e.g. closed) is not news
 
     def _resend(self, now: float, due: Any) -> None:
         for rid, inf in list(self._inflight.items()):
@@ -410,8 +422,12 @@ class SyncClient:
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
-        client_auth(self._sock, auth or AuthConfig())
-        self._sock.connect(server)
+        try:
+            client_auth(self._sock, auth or AuthConfig())
+            self._sock.connect(server)
+        except (ConfigError, zmq.ZMQError):
+            self.close()
+            raise
         self.server = server
 
     def evaluate(self, obs: np.ndarray, version: int = -1) -> tuple[np.ndarray, np.ndarray, int]:

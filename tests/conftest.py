@@ -1,0 +1,305 @@
+"""Shared fixtures for the server tests: a tiny net and its reference outputs, per-test
+endpoints (ipc in ``tmp_path``, tcp on a free loopback port), and factories for servers, clients
+and raw ZeroMQ sockets that close everything at teardown (sockets with ``linger=0``), so that no
+test can hang on teardown or leak into the next one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+import torch
+import zmq
+import zmq.asyncio
+
+from azserve import ClientConfig, EvalClient, InferenceServer, ServerConfig
+from azserve.backends import BackendConfig
+from azserve.backends.torch_backend import TorchBackend
+from azserve.weights import state_dict_to_bytes
+from learner.network import NetConfig, build_net
+
+pytest_plugins = ["tests.triton_server"]
+
+NET = NetConfig(in_channels=2, height=3, width=3, num_actions=9, blocks=1, channels=8)
+"""The tiny net every server test runs: obs ``[n, 2, 3, 3]``, logits ``[n, 9]``."""
+
+RTOL, ATOL = 1e-4, 1e-5
+"""Tolerance between a served row and a direct model call (batch composition changes the
+order of float sums)."""
+
+
+def free_tcp_port() -> int:
+    """A loopback port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def positions(rows: int, seed: int = 0) -> np.ndarray:
+    """Random 0/1 uint8 planes ``[rows, 2, 3, 3]``."""
+    return np.random.default_rng(seed).integers(0, 2, (rows, *NET.obs_shape), dtype=np.uint8)
+
+
+def weights_blob(seed: int) -> bytes:
+    """Safetensors bytes of the tiny net initialised with ``seed`` (the server's version 0 is
+    seed 0, its default)."""
+    return state_dict_to_bytes(build_net(NET, seed=seed).state_dict())
+
+
+class Reference:
+    """Direct model calls, the ground truth for served rows. Check many rows with one call
+    (``rows_matching``): a forward pass costs about a millisecond whatever the batch size."""
+
+    def __init__(self) -> None:
+        self._nets: dict[int, torch.nn.Module] = {}
+
+    def __call__(self, obs: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """obs ``[n, C, H, W]`` -> (logits ``[n, A]``, values ``[n]``) of the net of ``seed``."""
+        net = self._nets.get(seed)
+        if net is None:
+            net = self._nets[seed] = build_net(NET, seed=seed).eval()
+        with torch.inference_mode():
+            logits, value = net(torch.from_numpy(np.ascontiguousarray(obs)).float())
+        return logits.numpy(), value.numpy()
+
+    def rows_matching(
+        self, obs: np.ndarray, logits: np.ndarray, values: np.ndarray, seed: int = 0
+    ) -> np.ndarray:
+        """bool ``[n]``: which served rows (logits ``[n, A]``, values ``[n]``) equal the model's."""
+        want_l, want_v = self(obs, seed)
+        return np.isclose(logits, want_l, rtol=RTOL, atol=ATOL).all(axis=1) & np.isclose(
+            values, want_v, rtol=RTOL, atol=ATOL
+        )
+
+    def matches(self, obs: np.ndarray, logits: np.ndarray, value: Any, seed: int = 0) -> bool:
+        """Whether a served result for ``obs`` (one position or a stack) equals the model's."""
+        if obs.ndim == 3:
+            obs, logits, value = obs[None], np.asarray(logits)[None], np.asarray([value])
+        return bool(self.rows_matching(obs, logits, np.asarray(value), seed).all())
+
+
+@pytest.fixture(scope="session")
+def ref() -> Reference:
+    return Reference()
+
+
+@pytest.fixture
+def ipc_endpoint(tmp_path: Path) -> Iterator[str]:
+    """``ipc://`` in ``tmp_path``, or in a short temporary directory when that path would
+    exceed the ~107 bytes a Unix socket path may have."""
+    path = tmp_path / "server.ipc"
+    if len(str(path)) < 100:
+        yield f"ipc://{path}"
+        return
+    with tempfile.TemporaryDirectory(prefix="az") as d:
+        yield f"ipc://{d}/server.ipc"
+
+
+@pytest.fixture
+def tcp_endpoint() -> str:
+    return f"tcp://127.0.0.1:{free_tcp_port()}"
+
+
+def server_config(bind: str, **overrides: Any) -> ServerConfig:
+    """Test defaults: no status lines; everything else as given."""
+    return replace(ServerConfig(bind=bind, status_interval_s=0.0), **overrides)
+
+
+MakeServer = Callable[..., Awaitable[InferenceServer]]
+
+
+@pytest.fixture
+async def make_server() -> AsyncIterator[MakeServer]:
+    """``await make_server(bind="tcp://127.0.0.1:*", backend=None, auth=None, initial=None,
+    **ServerConfig fields)`` -> a started server on the tiny net; closed at teardown."""
+    servers: list[InferenceServer] = []
+
+    async def make(
+        bind: str = "tcp://127.0.0.1:*",
+        *,
+        backend: Any = None,
+        auth: Any = None,
+        initial: dict[str, Any] | None = None,
+        start: bool = True,
+        **overrides: Any,
+    ) -> InferenceServer:
+        if backend is None:
+            backend = BackendConfig(device="cpu")
+        server = InferenceServer(server_config(bind, **overrides), NET, backend=backend, auth=auth)
+        servers.append(server)
+        if start:
+            await server.start(initial)
+        return server
+
+    yield make
+    for server in servers:
+        await server.aclose(drain_timeout_s=5.0)
+
+
+MakeClient = Callable[..., Awaitable[EvalClient]]
+
+
+@pytest.fixture
+async def make_client() -> AsyncIterator[MakeClient]:
+    """``await make_client(endpoint, auth=None, start=True, **ClientConfig fields)`` -> a
+    started EvalClient; closed at teardown."""
+    clients: list[EvalClient] = []
+
+    async def make(
+        endpoint: str, *, auth: Any = None, start: bool = True, timeout_s: float = 10.0, **cfg: Any
+    ) -> EvalClient:
+        client = EvalClient(ClientConfig(server=endpoint, **cfg), auth=auth)
+        clients.append(client)
+        if start:
+            await client.start(timeout_s=timeout_s)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+class RawDealer:
+    """A bare asyncio DEALER socket speaking the wire format by hand: msgpack headers, raw
+    buffers. Requests are built with ``msgpack`` and numpy only, never with azserve."""
+
+    def __init__(self, sock: zmq.asyncio.Socket) -> None:
+        self.sock = sock
+
+    async def send(self, header: dict[str, Any] | bytes, *buffers: bytes) -> None:
+        head = header if isinstance(header, bytes) else msgpack.packb(header)
+        await self.sock.send_multipart([head, *buffers])
+
+    async def send_frames(self, frames: list[bytes]) -> None:
+        await self.sock.send_multipart(frames)
+
+    async def recv_frames(self, timeout_s: float = 5.0) -> list[bytes]:
+        return await asyncio.wait_for(self.sock.recv_multipart(), timeout_s)
+
+    async def recv(self, timeout_s: float = 5.0) -> tuple[dict[str, Any], list[np.ndarray]]:
+        """The next reply: (header map, arrays decoded from the header's specs)."""
+        frames = await self.recv_frames(timeout_s)
+        return unpack_reply(frames)
+
+    async def call(
+        self, header: dict[str, Any], *buffers: bytes, timeout_s: float = 5.0
+    ) -> tuple[dict[str, Any], list[np.ndarray]]:
+        """Send one request and return the reply that carries its ``id``."""
+        await self.send(header, *buffers)
+        while True:
+            reply, arrays = await self.recv(timeout_s)
+            if reply.get("id") == header.get("id"):
+                return reply, arrays
+
+
+def unpack_reply(frames: list[bytes]) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """Decode a reply by the documented rules, with msgpack and numpy only."""
+    header = msgpack.unpackb(frames[0], strict_map_key=False)
+    specs = header.get("arrays", [])
+    assert len(specs) == len(frames) - 1, (header, len(frames))
+    arrays = []
+    for spec, buf in zip(specs, frames[1:], strict=True):
+        dtype = np.dtype(spec["dtype"]).newbyteorder("<")
+        assert int(np.prod(spec["shape"])) * dtype.itemsize == len(buf)
+        arrays.append(np.frombuffer(buf, dtype).reshape(spec["shape"]))
+    return header, arrays
+
+
+class ZmqSockets:
+    """Tracks raw ZeroMQ contexts and sockets; ``close()`` closes every socket with
+    ``linger=0`` and terminates every context."""
+
+    def __init__(self) -> None:
+        self._ctx: zmq.asyncio.Context | None = None
+        self._sockets: list[zmq.Socket] = []
+
+    def socket(self, kind: int = zmq.DEALER) -> zmq.asyncio.Socket:
+        if self._ctx is None:
+            self._ctx = zmq.asyncio.Context()
+        sock = self._ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        self._sockets.append(sock)
+        return sock
+
+    def dealer(self, endpoint: str) -> RawDealer:
+        sock = self.socket(zmq.DEALER)
+        sock.connect(endpoint)
+        return RawDealer(sock)
+
+    def close(self) -> None:
+        for sock in self._sockets:
+            with contextlib.suppress(zmq.ZMQError):
+                sock.close(linger=0)
+        self._sockets.clear()
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+
+
+@pytest.fixture
+async def zmq_sockets() -> AsyncIterator[ZmqSockets]:
+    """Raw sockets for the test, closed inside the test's event loop."""
+    tracker = ZmqSockets()
+    yield tracker
+    tracker.close()
+
+
+class GatedBackend(TorchBackend):
+    """The torch backend with gates: each batch signals ``entered`` and waits for ``gate``
+    (closed unless ``hold_infer`` is false); each weight load signals ``load_entered`` and waits
+    for ``load_gate`` (open; a test clears it to hold loads). Lets a test keep a batch in flight
+    while it closes the server, or a load in progress while it sends a duplicate."""
+
+    def __init__(self, hold_infer: bool = True) -> None:
+        super().__init__(NET, BackendConfig(device="cpu"))
+        self.gate, self.entered = asyncio.Event(), asyncio.Event()
+        self.load_gate, self.load_entered = asyncio.Event(), asyncio.Event()
+        self.load_gate.set()
+        if not hold_infer:
+            self.gate.set()
+        self.batches: list[tuple[int, int]] = []
+        """(version, rows) of every batch, in order."""
+
+    async def infer(self, version: int, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.batches.append((version, obs.shape[0]))
+        self.entered.set()
+        await self.gate.wait()
+        return await super().infer(version, obs)
+
+    async def load(self, version: int, blob: bytes) -> None:
+        self.load_entered.set()
+        await self.load_gate.wait()
+        await super().load(version, blob)
+
+
+def eval_header(rid: int, obs: np.ndarray, **fields: Any) -> dict[str, Any]:
+    """A hand-built eval request header for ``obs`` (override any field)."""
+    header = {
+        "op": "eval",
+        "id": rid,
+        "proto": 1,
+        "model": "default",
+        "version": -1,
+        "arrays": [{"dtype": obs.dtype.name, "shape": list(obs.shape)}],
+    }
+    header.update(fields)
+    return header
+
+
+async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Poll ``predicate`` every few ms until it holds; fail the test after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met in {timeout_s} s")
+        await asyncio.sleep(0.005)
