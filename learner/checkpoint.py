@@ -1,0 +1,207 @@
+"""Checkpoints: one ``.safetensors`` file per checkpoint, written atomically, never pickled.
+
+Layout of ``ckpt-<step:09d>.safetensors``:
+
+- tensors ``model.<name>``: the network's state dict (``azserve serve --checkpoint`` loads these;
+  ``azserve.weights.load_weights_file`` strips the prefix);
+- tensors ``<section>.<path>``: every other tensor of the trainer state, e.g.
+  ``optim.state.3.momentum_buffer``, ``rng.numpy``;
+- string metadata: ``format``, ``step``, ``version``, ``time``, ``config`` (the resolved config as
+  JSON) and ``state``: the non-model trainer state as JSON in which each tensor is replaced by
+  ``{"__tensor__": "<key>"}`` (dicts are stored as key/value pairs so that integer keys, like the
+  optimizer's parameter ids, survive).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from safetensors import safe_open
+
+from azserve.errors import ConfigError, WeightsError
+from azserve.weights import atomic_write_bytes, state_dict_to_bytes
+
+FORMAT = "azserve.checkpoint/1"
+"""Value of the ``format`` metadata key; bumped on an incompatible layout change."""
+
+_NAME = re.compile(r"^ckpt-(\d+)\.safetensors$")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpoint section of the learner config."""
+
+    dir: str = "checkpoints"
+    """Directory of the checkpoint files (created when missing)."""
+    keep_last: int = 5
+    """The most recent checkpoints kept."""
+    keep_every: int = 0
+    """Also keep, for ever, checkpoints whose step is a multiple of this (0: none)."""
+
+    def __post_init__(self) -> None:
+        if self.keep_last < 1:
+            raise ConfigError(f"checkpoint.keep_last: must be >= 1, got {self.keep_last}")
+        if self.keep_every < 0:
+            raise ConfigError(f"checkpoint.keep_every: must be >= 0, got {self.keep_every}")
+
+
+@dataclass(frozen=True)
+class CheckpointMeta:
+    """What a checkpoint says about itself besides the model and optimizer tensors."""
+
+    path: Path
+    step: int
+    version: int
+    time: float
+    """Unix time of writing."""
+    config: dict[str, Any]
+    """The resolved config saved with it."""
+    extra: dict[str, Any]
+    """The rest of the trainer state (``step``, ``version``, ``rng``, ``scaler``...)."""
+
+
+class Checkpoint(NamedTuple):
+    """A loaded checkpoint; unpacks as ``model_state, optimizer_state, meta``."""
+
+    model: dict[str, torch.Tensor]
+    optim: dict[str, Any]
+    meta: CheckpointMeta
+
+    def trainer_state(self) -> dict[str, Any]:
+        """The dict ``Trainer.load_state_dict`` takes."""
+        return {"model": self.model, "optim": self.optim, **self.meta.extra}
+
+
+def checkpoint_path(directory: str | os.PathLike[str], step: int) -> Path:
+    return Path(directory) / f"ckpt-{step:09d}.safetensors"
+
+
+def save_checkpoint(
+    directory: str | os.PathLike[str],
+    step: int,
+    version: int,
+    trainer_state: dict[str, Any],
+    config_dict: dict[str, Any],
+    *,
+    keep_last: int = 5,
+    keep_every: int = 0,
+) -> Path:
+    """Write ``trainer_state`` (``Trainer.state_dict()``: a ``model`` state dict plus any nested
+    dicts/lists/tuples of tensors and JSON scalars) atomically, then apply retention.
+
+    Returns the new file's path. On any failure no partial file is left behind.
+    """
+    tensors = {f"model.{k}": v for k, v in trainer_state["model"].items()}
+    rest = {k: v for k, v in trainer_state.items() if k != "model"}
+    tree = _encode(rest, [], tensors)
+    metadata = {
+        "format": FORMAT,
+        "step": str(step),
+        "version": str(version),
+        "time": repr(time.time()),
+        "config": json.dumps(config_dict),
+        "state": json.dumps(tree),
+    }
+    path = checkpoint_path(directory, step)
+    atomic_write_bytes(path, state_dict_to_bytes(tensors, metadata))
+    prune_checkpoints(directory, keep_last=keep_last, keep_every=keep_every)
+    return path
+
+
+def list_checkpoints(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """(step, path) of every checkpoint file in ``directory``, oldest first."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _NAME.match(p.name))]
+    return sorted(found)
+
+
+def latest_checkpoint(directory: str | os.PathLike[str]) -> Path | None:
+    """The checkpoint with the highest step, or None when there is none."""
+    found = list_checkpoints(directory)
+    return found[-1][1] if found else None
+
+
+def prune_checkpoints(
+    directory: str | os.PathLike[str], *, keep_last: int, keep_every: int = 0
+) -> list[Path]:
+    """Delete checkpoints other than the last ``keep_last`` and multiples of ``keep_every``."""
+    found = list_checkpoints(directory)
+    recent = {p for _, p in found[-keep_last:]} if keep_last > 0 else set()
+    removed = []
+    for step, p in found:
+        if p in recent or (keep_every > 0 and step % keep_every == 0):
+            continue
+        p.unlink(missing_ok=True)
+        removed.append(p)
+    return removed
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """Read a checkpoint written by ``save_checkpoint``; raises ``WeightsError`` if unreadable."""
+    p = Path(path)
+    try:
+        with safe_open(str(p), framework="pt") as f:
+            metadata = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - not a dict
+    except Exception as exc:  # safetensors raises its own error types, and OSError
+        raise WeightsError(f"cannot read checkpoint {p}: {exc}") from exc
+    if metadata.get("format") != FORMAT:
+        raise WeightsError(f"{p}: not an azserve checkpoint (format {metadata.get('format')!r})")
+    try:
+        state = _decode(json.loads(metadata["state"]), tensors)
+        optim = state.pop("optim", {})
+        meta = CheckpointMeta(
+            path=p,
+            step=int(metadata["step"]),
+            version=int(metadata["version"]),
+            time=float(metadata["time"]),
+            config=json.loads(metadata["config"]),
+            extra=state,
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise WeightsError(f"{p}: bad checkpoint metadata: {exc}") from exc
+    model = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
+    return Checkpoint(model=model, optim=optim, meta=meta)
+
+
+def _encode(obj: Any, path: list[str], tensors: dict[str, torch.Tensor]) -> Any:
+    """A nested state as JSON-able data, moving tensors into ``tensors`` under dotted keys."""
+    if isinstance(obj, torch.Tensor):
+        key = ".".join(path)
+        tensors[key] = obj
+        return {"__tensor__": key}
+    if isinstance(obj, dict):
+        items = []
+        for k, v in obj.items():
+            if not isinstance(k, (str, int)) or isinstance(k, bool):
+                raise TypeError(f"{'.'.join(path)}: cannot save dict key {k!r}")
+            items.append([k, _encode(v, [*path, str(k)], tensors)])
+        return {"__dict__": items}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode(v, [*path, str(i)], tensors) for i, v in enumerate(obj)]}
+    if isinstance(obj, list):
+        return [_encode(v, [*path, str(i)], tensors) for i, v in enumerate(obj)]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"{'.'.join(path)}: cannot save a {type(obj).__name__} in a checkpoint")
+
+
+def _decode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(obj, dict):
+        if "__tensor__" in obj:
+            return tensors[obj["__tensor__"]]
+        if "__tuple__" in obj:
+            return tuple(_decode(v, tensors) for v in obj["__tuple__"])
+        return {k: _decode(v, tensors) for k, v in obj["__dict__"]}
+    if isinstance(obj, list):
+        return [_decode(v, tensors) for v in obj]
+    return obj

@@ -1,0 +1,273 @@
+"""The learner's trajectory intake: a ZeroMQ ROUTER that validates, de-duplicates and acks.
+
+Actors connect DEALER sockets (``actors.trajectory.TrajectorySender``) and send ``Trajectory``
+messages. Every well-formed trajectory is acknowledged with ``TrajectoryAck``, duplicates too
+(``duplicate=True``), so that an actor whose ack was lost stops resending. Malformed input gets
+an ``ErrorReply`` of type ``BadRequest`` and the receiver keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import zmq
+import zmq.asyncio
+
+from azserve.errors import ConfigError, ProtocolError
+from azserve.protocol import (
+    PROTOCOL_VERSION,
+    ErrorReply,
+    Frame,
+    Message,
+    Trajectory,
+    TrajectoryAck,
+    decode,
+    encode,
+    request_id_of,
+)
+
+OnTrajectory = Callable[[Trajectory, np.ndarray, np.ndarray, np.ndarray], None]
+"""``on_trajectory(msg, obs [T,C,H,W] uint8, policy [T,A] float32, outcome [T] float32)``.
+Called once per accepted trajectory, before the ack; the arrays are read-only and stay valid.
+An exception raised here is a learner bug, not bad input: it stops the receiver and is re-raised
+by ``aclose``."""
+
+
+@dataclass(frozen=True)
+class ReceiverConfig:
+    """Trajectory receiver section of the learner config."""
+
+    endpoint: str = "tcp://127.0.0.1:5556"
+    """ZeroMQ endpoint the ROUTER binds (``tcp://host:port``, ``ipc://path``; port ``*`` picks one)."""
+    dedup_capacity: int = 1 << 17
+    """(actor, game_id) keys remembered to drop resent duplicates (about 100 bytes each)."""
+    max_message_bytes: int = 64 << 20
+    """Larger inbound messages make ZeroMQ drop the connection (protects memory)."""
+    close_linger_ms: int = 100
+    """How long closing waits to flush acks still queued (lost acks only cause resends)."""
+    bind_retry_s: float = 2.0
+    """Keep retrying a bind that finds the address in use this long: ZeroMQ releases a closed
+    socket's address asynchronously, so a receiver restarted on the same endpoint may have to wait."""
+
+    def __post_init__(self) -> None:
+        if self.dedup_capacity < 1:
+            raise ConfigError(f"receiver.dedup_capacity: must be >= 1, got {self.dedup_capacity}")
+
+
+class DuplicateFilter:
+    """Remembers the most recent ``capacity`` (actor, game_id) keys, oldest forgotten first.
+
+    Resends arrive within seconds of the original, so a window of recent keys is enough. Pass
+    the same filter to a receiver re-bound in the same process to keep exactly-once delivery
+    across the restart.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._keys: OrderedDict[tuple[str, int], None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: tuple[str, int]) -> bool:
+        return key in self._keys
+
+    def add(self, key: tuple[str, int]) -> None:
+        self._keys[key] = None
+        if len(self._keys) > self.capacity:
+            self._keys.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class ReceiverStats:
+    """Receiver counters since start."""
+
+    received: int
+    """Messages read from the socket."""
+    accepted: int
+    """Trajectories handed to the learner."""
+    positions: int
+    """Positions in the accepted trajectories."""
+    duplicates: int
+    """Trajectories acked but dropped as already accepted."""
+    rejected: int
+    """Messages answered with an ErrorReply."""
+    dropped: int
+    """Messages that could not be answered (no routing id or header)."""
+    by_version: dict[int, int]
+    """Accepted trajectories per weights version."""
+
+
+class TrajectoryReceiver:
+    """ROUTER socket owned by one task: receive -> validate -> de-duplicate -> hand over -> ack."""
+
+    def __init__(
+        self,
+        cfg: ReceiverConfig,
+        obs_shape: tuple[int, int, int],
+        num_actions: int,
+        on_trajectory: OnTrajectory,
+        *,
+        game: str | None = None,
+        dedup: DuplicateFilter | None = None,
+        context: zmq.asyncio.Context | None = None,
+    ) -> None:
+        """``obs_shape`` (C, H, W) and ``num_actions`` are the network's; with ``game`` set,
+        trajectories of another game are refused."""
+        self.cfg = cfg
+        self.obs_shape = tuple(obs_shape)
+        self.num_actions = num_actions
+        self.game = game
+        self.dedup = dedup if dedup is not None else DuplicateFilter(cfg.dedup_capacity)
+        self._on_trajectory = on_trajectory
+        self._ctx = context
+        self._own_ctx = context is None
+        self._sock: zmq.asyncio.Socket | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._state = "new"
+        self.endpoint: str | None = None
+        """The bound endpoint, with the actual port, once started."""
+        self._received = self._accepted = self._positions = 0
+        self._duplicates = self._rejected = self._dropped = 0
+        self._by_version: Counter[int] = Counter()
+
+    async def start(self) -> None:
+        """Bind and start serving. A receiver starts once."""
+        if self._state != "new":
+            raise RuntimeError(f"TrajectoryReceiver cannot start: it is {self._state}")
+        self._state = "running"
+        if self._ctx is None:
+            self._ctx = zmq.asyncio.Context()
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.cfg.max_message_bytes)
+        try:
+            await self._bind(sock)
+        except (zmq.ZMQError, asyncio.CancelledError):
+            sock.close(linger=0)
+            self._close_ctx()
+            self._state = "closed"
+            raise
+        self._sock = sock
+        self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._task = asyncio.create_task(self._run(), name=f"trajectory-receiver {self.endpoint}")
+
+    async def _bind(self, sock: zmq.asyncio.Socket) -> None:
+        deadline = time.monotonic() + self.cfg.bind_retry_s
+        while True:
+            try:
+                sock.bind(self.cfg.endpoint)
+                return
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EADDRINUSE or time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(0.02)
+
+    async def aclose(self) -> None:
+        """Stop receiving and close the socket. Re-raises an error that stopped the receiver."""
+        if self._state != "running":
+            self._state = "closed"
+            return
+        self._state = "closed"
+        assert self._task is not None and self._sock is not None
+        self._task.cancel()
+        await asyncio.wait([self._task])  # unlike awaiting it, does not raise the task's error
+        self._sock.close(linger=self.cfg.close_linger_ms)
+        self._close_ctx()
+        error = None if self._task.cancelled() else self._task.exception()
+        if error is not None:
+            raise error
+
+    def _close_ctx(self) -> None:
+        if self._own_ctx and self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+
+    async def __aenter__(self) -> TrajectoryReceiver:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def stats(self) -> ReceiverStats:
+        return ReceiverStats(
+            received=self._received,
+            accepted=self._accepted,
+            positions=self._positions,
+            duplicates=self._duplicates,
+            rejected=self._rejected,
+            dropped=self._dropped,
+            by_version=dict(self._by_version),
+        )
+
+    async def _run(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        while True:
+            frames = await sock.recv_multipart()
+            self._received += 1
+            if len(frames) < 2:  # ROUTER prepends the routing id; nothing to answer to
+                self._dropped += 1
+                continue
+            reply = self._handle(frames[1:])
+            await sock.send_multipart([frames[0], *encode(reply)])
+
+    def _handle(self, body: Sequence[Frame]) -> Message:
+        try:
+            msg, arrays = decode(body)
+        except ProtocolError as exc:
+            return self._error(request_id_of(body[0]), str(exc))
+        if not isinstance(msg, Trajectory):
+            return self._error(msg.id, f"expected a 'traj' message, got {type(msg).__name__}")
+        problem = self._check(msg, arrays)
+        if problem is not None:
+            return self._error(msg.id, f"trajectory {msg.actor}/{msg.game_id}: {problem}")
+        key = (msg.actor, msg.game_id)
+        if key in self.dedup:
+            self._duplicates += 1
+            return TrajectoryAck(id=msg.id, game_id=msg.game_id, duplicate=True)
+        obs, policy, outcome = arrays
+        self._on_trajectory(msg, obs, policy, outcome)
+        self.dedup.add(key)
+        self._accepted += 1
+        self._positions += msg.length
+        self._by_version[msg.version] += 1
+        return TrajectoryAck(id=msg.id, game_id=msg.game_id)
+
+    def _error(self, request_id: int | None, message: str) -> ErrorReply:
+        self._rejected += 1
+        return ErrorReply(id=request_id, type="BadRequest", message=message)
+
+    def _check(self, msg: Trajectory, arrays: list[np.ndarray]) -> str | None:
+        """Why the trajectory cannot be stored, or None when it is fine."""
+        if msg.proto != PROTOCOL_VERSION:
+            return f"protocol version {msg.proto} is not {PROTOCOL_VERSION}"
+        if self.game is not None and msg.game != self.game:
+            return f"game {msg.game!r} is not this learner's {self.game!r}"
+        if msg.version < 0:
+            return f"negative version {msg.version}"
+        if len(arrays) != 3:
+            return f"expected 3 arrays (obs, policy, outcome), got {len(arrays)}"
+        obs, policy, outcome = arrays
+        t = msg.length
+        if t < 1:
+            return f"length {t} < 1"
+        want = {
+            "obs": (obs, np.uint8, (t, *self.obs_shape)),
+            "policy": (policy, np.float32, (t, self.num_actions)),
+            "outcome": (outcome, np.float32, (t,)),
+        }
+        for name, (a, dtype, shape) in want.items():
+            if a.dtype != dtype or a.shape != shape:
+                return f"{name} must be {np.dtype(dtype).name}{list(shape)}, got {a.dtype.name}{list(a.shape)}"
+        # NaN or out-of-range targets would silently poison training: refuse them here.
+        if not (np.isfinite(policy).all() and (policy >= 0).all()):
+            return "policy has negative or non-finite entries"
+        if not (np.isfinite(outcome).all() and (np.abs(outcome) <= 1).all()):
+            return "outcome outside [-1, 1]"
+        return None

@@ -1,0 +1,291 @@
+"""Replay: a ring buffer of training positions with a freshness bound and a rate limiter.
+
+Pure and I/O-free. Positions are kept in preallocated numpy arrays; a position whose policy
+version lags the learner's current version by more than ``max_policy_lag`` is never sampled
+again. The rate limiter holds samples-trained / samples-inserted near ``reuse_target`` by making
+training wait for fresh data; inserting never blocks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from azserve.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Replay section of the learner config."""
+
+    capacity: int = 200_000
+    """Positions held; the oldest are overwritten first."""
+    max_policy_lag: int = 4
+    """Positions made by a version more than this many versions behind the current one are dropped."""
+    reuse_target: float = 4.0
+    """Samples trained per sample inserted that the rate limiter holds training to."""
+    min_size: int = 2_000
+    """Fresh positions needed before the first batch may be sampled."""
+    seed: int = 0
+    """Seed of the replay's own generator, used when ``sample`` is given none."""
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ConfigError(f"replay.capacity: must be >= 1, got {self.capacity}")
+        if self.max_policy_lag < 0:
+            raise ConfigError(f"replay.max_policy_lag: must be >= 0, got {self.max_policy_lag}")
+        if not self.reuse_target > 0:
+            raise ConfigError(f"replay.reuse_target: must be > 0, got {self.reuse_target}")
+        if not 0 <= self.min_size <= self.capacity:
+            raise ConfigError(f"replay.min_size: must be in [0, capacity], got {self.min_size}")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Training positions. obs ``[B,C,H,W]`` uint8, policy ``[B,A]`` float32 (MCTS visit
+    distribution), outcome ``[B]`` float32 (final result for the side to move), version ``[B]``
+    int64 (weights version that played the position)."""
+
+    obs: np.ndarray
+    policy: np.ndarray
+    outcome: np.ndarray
+    version: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.outcome)
+
+
+@dataclass(frozen=True)
+class ReplayMetrics:
+    """A snapshot of the replay's counters (positions, not trajectories)."""
+
+    size: int
+    """Fresh positions that may be sampled."""
+    capacity: int
+    """Slots in the ring."""
+    current_version: int
+    """The learner's current version, as last set."""
+    inserted: int
+    """Positions accepted since the start."""
+    sampled: int
+    """Positions returned in batches since the start."""
+    reuse: float
+    """sampled / inserted."""
+    credit: float
+    """Positions the rate limiter lets training sample now."""
+    insert_rate: float
+    """Positions inserted per second over the rate window."""
+    sample_rate: float
+    """Positions sampled per second over the rate window."""
+    dropped_stale: int
+    """Positions evicted because their version fell more than max_policy_lag behind."""
+    dropped_on_insert: int
+    """Positions refused at insertion because they were already too stale."""
+    overwritten: int
+    """Fresh positions overwritten by the ring before they went stale."""
+    lag_histogram: list[int]
+    """Fresh positions by lag ``current_version - version``, index 0..max_policy_lag."""
+    mean_lag: float
+    """Mean lag of fresh positions, in versions."""
+    mean_age_s: float
+    """Mean time since insertion of fresh positions, in seconds."""
+
+
+class _RateMeter:
+    """Events per second over a sliding window, from sparse (time, total) marks."""
+
+    def __init__(self, window_s: float, now: float) -> None:
+        self.total = 0
+        self._window_s = window_s
+        self._marks: deque[tuple[float, int]] = deque([(now, 0)])
+
+    def add(self, n: int, now: float) -> None:
+        self.total += n
+        # A mark per 1/16 window keeps the deque short whatever the event rate.
+        if now - self._marks[-1][0] >= self._window_s / 16:
+            self._marks.append((now, self.total))
+        while len(self._marks) > 1 and now - self._marks[1][0] >= self._window_s:
+            self._marks.popleft()
+
+    def rate(self, now: float) -> float:
+        t0, n0 = self._marks[0]
+        return (self.total - n0) / (now - t0) if now > t0 else 0.0
+
+
+class Replay:
+    """Ring buffer of positions with freshness eviction and a samples-per-insert rate limiter.
+
+    Rate limiter: every inserted position earns ``reuse_target`` credit, every sampled position
+    spends one. A batch may be sampled while ``size >= min_size`` and the credit covers it. The
+    credit is capped at ``reuse_target * size`` so that credit earned by positions that were
+    later evicted (stale or overwritten) cannot be spent on the survivors.
+    """
+
+    def __init__(
+        self,
+        cfg: ReplayConfig,
+        obs_shape: tuple[int, int, int],
+        num_actions: int,
+        clock: Callable[[], float] = time.monotonic,
+        rate_window_s: float = 10.0,
+    ) -> None:
+        n = cfg.capacity
+        self.cfg = cfg
+        self.obs_shape = tuple(obs_shape)
+        self.num_actions = num_actions
+        self._clock = clock
+        self.rng = np.random.default_rng(cfg.seed)
+        self._obs = np.zeros((n, *self.obs_shape), np.uint8)
+        self._policy = np.zeros((n, num_actions), np.float32)
+        self._outcome = np.zeros(n, np.float32)
+        self._version = np.zeros(n, np.int64)
+        self._time = np.zeros(n, np.float64)
+        self._fresh = np.zeros(n, bool)
+        self._head = 0  # next slot to write
+        self._written = 0  # slots [0, written) have been written at least once
+        self._size = 0  # fresh slots
+        self._current_version = 0
+        self._credit = 0.0
+        self._dropped_stale = 0
+        self._dropped_on_insert = 0
+        self._overwritten = 0
+        now = clock()
+        self._inserts = _RateMeter(rate_window_s, now)
+        self._samples = _RateMeter(rate_window_s, now)
+
+    def __len__(self) -> int:
+        """Fresh positions that may be sampled."""
+        return self._size
+
+    @property
+    def current_version(self) -> int:
+        return self._current_version
+
+    def insert(self, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray, version: int) -> int:
+        """Insert one trajectory: obs ``[T,C,H,W]`` uint8, policy ``[T,A]``, outcome ``[T]``,
+        all played by weights ``version``. Returns the positions stored (0 when the trajectory is
+        already too stale; only the last ``capacity`` positions when it is longer than the ring).
+        """
+        t = len(outcome)
+        if obs.shape != (t, *self.obs_shape) or obs.dtype != np.uint8:
+            raise ValueError(
+                f"obs must be uint8 {[t, *self.obs_shape]}, got {obs.dtype}{list(obs.shape)}"
+            )
+        if policy.shape != (t, self.num_actions):
+            raise ValueError(f"policy must be {[t, self.num_actions]}, got {list(policy.shape)}")
+        if outcome.ndim != 1:
+            raise ValueError(f"outcome must be [T], got {list(outcome.shape)}")
+        if self._current_version - version > self.cfg.max_policy_lag:
+            self._dropped_on_insert += t
+            return 0
+        if t > self.cfg.capacity:
+            obs, policy, outcome = (
+                obs[-self.cfg.capacity :],
+                policy[-self.cfg.capacity :],
+                outcome[-self.cfg.capacity :],
+            )
+            t = self.cfg.capacity
+        idx = (self._head + np.arange(t)) % self.cfg.capacity
+        replaced = int(np.count_nonzero(self._fresh[idx]))
+        self._overwritten += replaced
+        self._obs[idx] = obs
+        self._policy[idx] = policy
+        self._outcome[idx] = outcome
+        self._version[idx] = version
+        now = self._clock()
+        self._time[idx] = now
+        self._fresh[idx] = True
+        self._head = int((self._head + t) % self.cfg.capacity)
+        self._written = min(self._written + t, self.cfg.capacity)
+        self._size += t - replaced
+        self._credit += self.cfg.reuse_target * t
+        self._cap_credit()
+        self._inserts.add(t, now)
+        return t
+
+    def set_current_version(self, version: int) -> int:
+        """The learner now publishes ``version``: evict positions that lag it by more than
+        ``max_policy_lag``. Returns the number evicted."""
+        if version < self._current_version:
+            raise ValueError(f"version went back from {self._current_version} to {version}")
+        self._current_version = version
+        stale = self._fresh & (self._version < version - self.cfg.max_policy_lag)
+        n = int(np.count_nonzero(stale))
+        if n:
+            self._fresh[stale] = False
+            self._size -= n
+            self._dropped_stale += n
+            self._cap_credit()
+        return n
+
+    def _cap_credit(self) -> None:
+        self._credit = min(self._credit, self.cfg.reuse_target * self._size)
+
+    def batches_ready(self, batch_size: int) -> int:
+        """How many batches of ``batch_size`` the rate limiter allows now (0: wait for data)."""
+        if self._size < max(self.cfg.min_size, 1):
+            return 0
+        return max(int(self._credit // batch_size), 0)
+
+    def can_sample(self, batch_size: int) -> bool:
+        """True when a batch may be trained now without exceeding the reuse target."""
+        return self.batches_ready(batch_size) > 0
+
+    def sample(self, batch_size: int, rng: np.random.Generator | None = None) -> Batch:
+        """Draw ``batch_size`` fresh positions uniformly, with replacement, and spend their credit.
+
+        ``rng`` defaults to the replay's own generator; the learner passes ``Trainer.rng``, which
+        is checkpointed. Does not check the rate limiter (callers do, with ``can_sample``); raises
+        ``ValueError`` when no fresh position is held.
+        """
+        if self._size == 0:
+            raise ValueError("replay holds no fresh positions")
+        idx = self._draw(batch_size, rng if rng is not None else self.rng)
+        self._credit -= batch_size
+        self._samples.add(batch_size, self._clock())
+        return Batch(
+            obs=self._obs[idx],
+            policy=self._policy[idx],
+            outcome=self._outcome[idx],
+            version=self._version[idx],
+        )
+
+    def _draw(self, k: int, rng: np.random.Generator) -> np.ndarray:
+        frac = self._size / self._written
+        if frac < 0.25:
+            # Rejection would mostly miss: pay one pass over the mask instead.
+            return rng.choice(np.flatnonzero(self._fresh), size=k)
+        out = np.empty(0, np.int64)
+        while len(out) < k:
+            cand = rng.integers(0, self._written, size=int((k - len(out)) / frac) + 8)
+            out = np.concatenate([out, cand[self._fresh[cand]]])
+        return out[:k]
+
+    def metrics(self) -> ReplayMetrics:
+        """Counters, rates and the lag distribution of the fresh positions (O(capacity))."""
+        now = self._clock()
+        fresh = self._fresh
+        lags = self._current_version - self._version[fresh]
+        hist = np.bincount(np.clip(lags, 0, None), minlength=self.cfg.max_policy_lag + 1)
+        inserted, sampled = self._inserts.total, self._samples.total
+        return ReplayMetrics(
+            size=self._size,
+            capacity=self.cfg.capacity,
+            current_version=self._current_version,
+            inserted=inserted,
+            sampled=sampled,
+            reuse=sampled / inserted if inserted else 0.0,
+            credit=self._credit,
+            insert_rate=self._inserts.rate(now),
+            sample_rate=self._samples.rate(now),
+            dropped_stale=self._dropped_stale,
+            dropped_on_insert=self._dropped_on_insert,
+            overwritten=self._overwritten,
+            lag_histogram=[int(c) for c in hist[: self.cfg.max_policy_lag + 1]],
+            mean_lag=float(lags.mean()) if len(lags) else 0.0,
+            mean_age_s=float(now - self._time[fresh].mean()) if len(lags) else 0.0,
+        )

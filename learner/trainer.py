@@ -1,0 +1,280 @@
+"""The trainer: model, optimizer and learning-rate schedule, one synchronous step at a time.
+
+The async learner loop (receive -> replay -> train -> publish) lives elsewhere and calls
+``Trainer.step`` off the event loop. Everything needed to resume exactly is in ``state_dict``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from azserve.errors import ConfigError
+from learner.loss import Symmetries, alphazero_loss, augment, l2_penalty
+from learner.network import NetConfig, build_net
+from learner.replay import Batch
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """Trainer section of the learner config."""
+
+    batch_size: int = 256
+    """Positions per training step."""
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    """SGD with momentum (AlphaZero's choice) or AdamW."""
+    lr: float = 0.02
+    """Peak learning rate (reached after warmup)."""
+    momentum: float = 0.9
+    """SGD momentum; AdamW's beta1."""
+    adam_beta2: float = 0.999
+    """AdamW's beta2."""
+    nesterov: bool = False
+    """Nesterov momentum for SGD."""
+    weight_decay: float = 1e-4
+    """Decay of conv/linear weights (biases and batch-norm parameters are not decayed)."""
+    weight_decay_mode: Literal["optimizer", "loss"] = "optimizer"
+    """"optimizer": the optimizer's weight_decay (coupled L2 for SGD, decoupled for AdamW);
+    "loss": an explicit ``weight_decay/2 * ||w||^2`` term, reported in the loss as ``l2``."""
+    value_weight: float = 1.0
+    """Weight of the value MSE relative to the policy cross-entropy."""
+    lr_schedule: Literal["constant", "cosine", "step"] = "constant"
+    """Shape of the learning rate after warmup."""
+    total_steps: int = 100_000
+    """Cosine: steps over which lr decays from ``lr`` to ``lr * lr_final_ratio``."""
+    lr_final_ratio: float = 0.0
+    """Cosine: final lr as a fraction of ``lr``."""
+    lr_milestones: tuple[int, ...] = ()
+    """Step: steps at which lr is multiplied by ``lr_gamma``."""
+    lr_gamma: float = 0.1
+    """Step: factor applied at each milestone."""
+    warmup_steps: int = 0
+    """Steps of linear warmup from lr/warmup_steps to lr."""
+    grad_clip: float | None = None
+    """Clip the global gradient norm to this (None: no clipping; the norm is reported anyway)."""
+    amp: Literal["none", "bf16", "fp16"] = "none"
+    """Mixed precision on CUDA (fp16 adds a gradient scaler); ignored on CPU."""
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+    """Where to train; "auto" picks CUDA when available."""
+    publish_every: int = 100
+    """Training steps per published weights version."""
+    augment: bool = True
+    """Replace each sample by a random board symmetry (when the game provides symmetries)."""
+    seed: int = 0
+    """Seed of the initial weights and of the trainer's numpy generator (sampling, augmentation)."""
+
+    def __post_init__(self) -> None:
+        for key in ("batch_size", "total_steps", "publish_every"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"trainer.{key}: must be >= 1, got {getattr(self, key)}")
+        if not self.lr > 0:
+            raise ConfigError(f"trainer.lr: must be > 0, got {self.lr}")
+        if self.weight_decay < 0 or self.warmup_steps < 0:
+            raise ConfigError("trainer.weight_decay and trainer.warmup_steps must be >= 0")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ConfigError(f"trainer.grad_clip: must be > 0 or unset, got {self.grad_clip}")
+        if list(self.lr_milestones) != sorted(self.lr_milestones):
+            raise ConfigError(
+                f"trainer.lr_milestones: must be increasing, got {self.lr_milestones}"
+            )
+
+
+def lr_at(cfg: TrainerConfig, step: int) -> float:
+    """Learning rate for the update made at ``step`` (0-based): warmup, then the schedule."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.lr_schedule == "cosine":
+        span = max(cfg.total_steps - cfg.warmup_steps, 1)
+        progress = min((step - cfg.warmup_steps) / span, 1.0)
+        final = cfg.lr * cfg.lr_final_ratio
+        return final + (cfg.lr - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    if cfg.lr_schedule == "step":
+        return cfg.lr * cfg.lr_gamma ** sum(step >= m for m in cfg.lr_milestones)
+    return cfg.lr
+
+
+def resolve_device(device: str) -> torch.device:
+    """ "auto" -> CUDA when available, else CPU; "cuda" without a GPU is a ConfigError."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("trainer.device: cuda requested but no CUDA device is available")
+    return torch.device(device)
+
+
+class Trainer:
+    """Owns the network, optimizer and schedule; ``step(batch)`` makes one update.
+
+    Counters: ``step`` (updates made) and ``version`` (last weights version published, bumped
+    by the learner loop with ``bump_version``). ``rng`` is the numpy generator the loop passes to
+    ``Replay.sample``; it drives augmentation too, and is saved with the state.
+    """
+
+    def __init__(
+        self, net_cfg: NetConfig, cfg: TrainerConfig, symmetries: Symmetries | None = None
+    ) -> None:
+        self.net_cfg = net_cfg
+        self.cfg = cfg
+        self.device = resolve_device(cfg.device)
+        self.model = build_net(net_cfg, seed=cfg.seed).to(self.device)
+        self._symmetries = symmetries if cfg.augment else None
+        self.rng = np.random.default_rng(cfg.seed)
+        self.step_count = 0
+        self.version = 0
+        on_cuda = self.device.type == "cuda"
+        self._amp_dtype = (
+            {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.amp) if on_cuda else None
+        )
+        self._scaler = torch.amp.GradScaler("cuda") if self._amp_dtype == torch.float16 else None
+        # The usual practice: decay conv/linear weights, not biases or batch-norm parameters.
+        self._decayed = [p for p in self.model.parameters() if p.ndim >= 2]
+        rest = [p for p in self.model.parameters() if p.ndim < 2]
+        wd = cfg.weight_decay if cfg.weight_decay_mode == "optimizer" else 0.0
+        groups = [
+            {"params": self._decayed, "weight_decay": wd},
+            {"params": rest, "weight_decay": 0.0},
+        ]
+        if cfg.optimizer == "sgd":
+            self.optimizer: torch.optim.Optimizer = torch.optim.SGD(
+                groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov
+            )
+        else:
+            self.optimizer = torch.optim.AdamW(
+                groups, lr=cfg.lr, betas=(cfg.momentum, cfg.adam_beta2)
+            )
+
+    @property
+    def publish_due(self) -> bool:
+        """True right after every ``publish_every``-th step."""
+        return self.step_count > 0 and self.step_count % self.cfg.publish_every == 0
+
+    def bump_version(self) -> int:
+        """Take the next weights version number (never reused: it is saved in the state)."""
+        self.version += 1
+        return self.version
+
+    def step(self, batch: Batch) -> dict[str, float]:
+        """One update on ``batch`` (uint8 obs, converted to float on the device).
+
+        Returns ``loss``, ``policy_loss``, ``value_loss``, ``l2``, ``grad_norm`` (before
+        clipping), ``lr``, ``step`` (after the update), ``step_ms``.
+        """
+        t0 = time.perf_counter()
+        if self._symmetries is not None:
+            batch = augment(batch, self._symmetries, self.rng)
+        dev = self.device
+        obs = torch.from_numpy(np.ascontiguousarray(batch.obs)).to(dev, non_blocking=True).float()
+        target_pi = torch.from_numpy(np.ascontiguousarray(batch.policy)).to(dev, non_blocking=True)
+        target_z = torch.from_numpy(np.ascontiguousarray(batch.outcome)).to(dev, non_blocking=True)
+        lr = lr_at(self.cfg, self.step_count)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+        self.model.train()
+        autocast = (
+            torch.autocast(device_type="cuda", dtype=self._amp_dtype)
+            if self._amp_dtype is not None
+            else nullcontext()
+        )
+        with autocast:
+            logits, value = self.model(obs)
+        l2 = (
+            l2_penalty(self._decayed, self.cfg.weight_decay)
+            if self.cfg.weight_decay_mode == "loss"
+            else None
+        )
+        parts = alphazero_loss(
+            logits, value, target_pi, target_z, value_weight=self.cfg.value_weight, l2=l2
+        )
+
+        self.optimizer.zero_grad(set_to_none=True)
+        max_norm = self.cfg.grad_clip if self.cfg.grad_clip is not None else math.inf
+        if self._scaler is not None:
+            self._scaler.scale(parts.total).backward()
+            self._scaler.unscale_(self.optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+            self._scaler.step(self.optimizer)  # skipped by the scaler on inf/NaN gradients
+            self._scaler.update()
+        else:
+            parts.total.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+            self.optimizer.step()
+        self.step_count += 1
+        out = torch.stack([parts.total, parts.policy, parts.value, parts.l2, grad_norm]).tolist()
+        return {
+            "loss": out[0],
+            "policy_loss": out[1],
+            "value_loss": out[2],
+            "l2": out[3],
+            "grad_norm": out[4],
+            "lr": lr,
+            "step": float(self.step_count),
+            "step_ms": (time.perf_counter() - t0) * 1e3,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly: ``model``, ``optim``, ``step``, ``version``,
+        ``rng`` (numpy generator and torch CPU/CUDA states as uint8 tensors) and, with fp16,
+        ``scaler``. Tensors are live references; copy before mutating the trainer further."""
+        rng = {"numpy": _numpy_state_to_tensor(self.rng), "torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        state: dict[str, Any] = {
+            "model": self.model.state_dict(),
+            "optim": self.optimizer.state_dict(),
+            "step": self.step_count,
+            "version": self.version,
+            "rng": rng,
+        }
+        if self._scaler is not None:
+            state["scaler"] = self._scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a ``state_dict()`` (from this process or a checkpoint)."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optim"])
+        self.step_count = int(state["step"])
+        self.version = int(state["version"])
+        rng = state["rng"]
+        self.rng = _numpy_state_from_tensor(rng["numpy"])
+        torch.set_rng_state(rng["torch"].cpu())
+        if "cuda" in rng and self.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"].cpu(), self.device)
+        if self._scaler is not None and "scaler" in state:
+            self._scaler.load_state_dict(state["scaler"])
+
+
+def _numpy_state_to_tensor(rng: np.random.Generator) -> torch.Tensor:
+    """A PCG64 generator's state as 48 uint8: state (16), inc (16), has_uint32 (8), uinteger (8)."""
+    s = rng.bit_generator.state
+    if s["bit_generator"] != "PCG64":
+        raise TypeError(f"only PCG64 generators can be saved, got {s['bit_generator']}")
+    raw = (
+        s["state"]["state"].to_bytes(16, "little")
+        + s["state"]["inc"].to_bytes(16, "little")
+        + int(s["has_uint32"]).to_bytes(8, "little")
+        + int(s["uinteger"]).to_bytes(8, "little")
+    )
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+
+
+def _numpy_state_from_tensor(t: torch.Tensor) -> np.random.Generator:
+    raw = bytes(t.cpu().numpy().tobytes())
+    gen = np.random.Generator(np.random.PCG64())
+    gen.bit_generator.state = {
+        "bit_generator": "PCG64",
+        "state": {
+            "state": int.from_bytes(raw[0:16], "little"),
+            "inc": int.from_bytes(raw[16:32], "little"),
+        },
+        "has_uint32": int.from_bytes(raw[32:40], "little"),
+        "uinteger": int.from_bytes(raw[40:48], "little"),
+    }
+    return gen
