@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import socket
+import uuid
 from typing import TYPE_CHECKING
 
 from actors.selfplay import ActorsConfig, SelfPlay, SelfPlayStats
@@ -30,7 +31,9 @@ def sink_config(cfg: ActorsConfig) -> SinkConfig:
 
 async def run_actors(cfg: Config, actor_id: str | None = None, stop: asyncio.Event | None = None) -> SelfPlayStats:
     """Run self-play until stopped (SIGINT/SIGTERM or ``stop``) or the game budget is spent."""
-    actor_id = actor_id or f"{socket.gethostname()}-{os.getpid()}"
+    # A fresh suffix per process lifetime: a restarted actor counts game ids from 0 again, and
+    # the learner drops (actor, game_id) pairs it has seen.
+    actor_id = f"{actor_id or socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
