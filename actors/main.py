@@ -42,7 +42,7 @@ async def run_actors(cfg: Config, actor_id: str | None = None, stop: asyncio.Eve
     # server <- client <- games -> sink -> learner
     client = EvalClient(cfg.client, cfg.auth)
     await client.start()
-    sink = open_sink(sink_config(cfg.actors))
+    sink = open_sink(sink_config(cfg.actors), auth=cfg.auth)
     await sink.start()
     selfplay = SelfPlay(cfg.game, cfg.actors, cfg.mcts, client, sink, actor_id)
     try:

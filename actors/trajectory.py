@@ -32,6 +32,7 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
+from azserve.auth import AuthConfig, client_auth
 from azserve.errors import ConfigError, ProtocolError, ServerClosed
 from azserve.protocol import ErrorReply, Trajectory, TrajectoryAck, decode, encode
 
@@ -255,8 +256,15 @@ class TrajectorySender(_Sink):
     task transmits, matches acks by message id, and resends what stays unacked.
     """
 
-    def __init__(self, cfg: SinkConfig, *, context: zmq.asyncio.Context | None = None) -> None:
+    def __init__(
+        self,
+        cfg: SinkConfig,
+        *,
+        context: zmq.asyncio.Context | None = None,
+        auth: AuthConfig | None = None,
+    ) -> None:
         super().__init__()
+        self.auth = auth or AuthConfig()
         if cfg.endpoint is None:
             raise ConfigError("trajectories.endpoint: TrajectorySender needs an endpoint")
         self.cfg = cfg
@@ -283,6 +291,7 @@ class TrajectorySender(_Sink):
         if self._ctx is None:
             self._ctx = zmq.asyncio.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
+        client_auth(self._sock, self.auth)
         # Connection events tell which trajectories a broken link may have swallowed.
         events = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
         self._monitor = self._sock.get_monitor_socket(events)  # type: ignore[assignment]
@@ -472,10 +481,12 @@ class TrajectorySender(_Sink):
         return 1
 
 
-def open_sink(cfg: SinkConfig, *, context: zmq.asyncio.Context | None = None) -> TrajectorySink:
+def open_sink(
+    cfg: SinkConfig, *, context: zmq.asyncio.Context | None = None, auth: AuthConfig | None = None
+) -> TrajectorySink:
     """The sink the config asks for: the learner endpoint, else the file, else a counter."""
     if cfg.endpoint is not None:
-        return TrajectorySender(cfg, context=context)
+        return TrajectorySender(cfg, context=context, auth=auth)
     if cfg.path is not None:
         return FileSink(cfg.path)
     return NullSink()

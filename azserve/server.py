@@ -32,6 +32,9 @@ from learner.network import NetConfig
 
 log = logging.getLogger("azserve.server")
 
+MAX_LEASE_S = 600.0
+"""Longest lease a client may ask for: a dead client cannot pin a version for longer."""
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -290,6 +293,8 @@ class InferenceServer:
                 self._send(envelope, P.Pong(id=msg.id, latest=self.versions.latest, server_id=self.server_id))
             elif isinstance(msg, P.PinUpdate):
                 self._check_model(msg.model)
+                if not 0.0 <= msg.lease_s <= MAX_LEASE_S:  # also refuses NaN
+                    raise _Bad("BadRequest", f"lease_s must be in [0, {MAX_LEASE_S:g}], got {msg.lease_s}")
                 self.versions.update_lease(msg.client, msg.pins, msg.lease_s, time.monotonic())
                 self._send(envelope, P.PinAck(id=msg.id, versions=self.versions.resident()))
             elif isinstance(msg, P.StatusRequest):

@@ -7,6 +7,7 @@ thread so trajectories keep arriving while a step computes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -71,20 +72,23 @@ class Learner:
         if cfg.learner.threads > 0:
             torch.set_num_threads(cfg.learner.threads)
         self.trainer = Trainer(cfg.net, cfg.trainer, symmetries=game.symmetries)
+        self.games = 0
+        self.positions = 0
         if resume:
             self._resume()
+        # The step whose weights ``trainer.version`` names: weights trained past it are a new
+        # version, so a stop checkpoint taken later takes the next number (see checkpoint_now).
+        self._version_step = self.trainer.step_count
         self.replay = Replay(cfg.replay, cfg.net.obs_shape, cfg.net.num_actions)
         self.replay.set_current_version(self.trainer.version)
         self.receiver = TrajectoryReceiver(
             ReceiverConfig(endpoint=cfg.learner.bind), cfg.net.obs_shape, cfg.net.num_actions,
-            self._on_trajectory, game=cfg.game,
+            self._on_trajectory, game=cfg.game, auth=cfg.auth,
         )
         self.publisher = Publisher(list(cfg.learner.servers), cfg.server.model, cfg.auth, cfg.learner.publish_timeout_s)
         self.runlog = RunLog(self.run_dir)
         self._data = asyncio.Event()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="learner-step")
-        self.games = 0
-        self.positions = 0
         self.wait_s = 0.0
         self.train_s = 0.0
         self.last: dict[str, float] = {}
@@ -97,6 +101,9 @@ class Learner:
             return
         ckpt = load_checkpoint(path)
         self.trainer.load_state_dict(ckpt.trainer_state())
+        # Totals continue across restarts (train.games budgets and metrics rows count them).
+        self.games = int(ckpt.meta.extra.get("games", 0))
+        self.positions = int(ckpt.meta.extra.get("positions", 0))
         log.info("resumed from %s: step %d, version %d", path, self.trainer.step_count, self.trainer.version)
 
     def _on_trajectory(self, msg: Any, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray) -> None:
@@ -110,7 +117,7 @@ class Learner:
         await self.receiver.start()
         await self.publisher.start()
         try:
-            await self._publish()  # the servers start on the learner's current weights
+            await _unless_stopped(self._publish(), stop)  # servers start on the current weights
             status = asyncio.create_task(self._status_loop(), name="learner-status")
             try:
                 await self._train_loop(stop)
@@ -134,9 +141,10 @@ class Learner:
                 # Actor-bound: wait for fresh data rather than overtrain the window.
                 t0 = time.monotonic()
                 self._data.clear()
-                stopper = asyncio.ensure_future(stop.wait())
-                await asyncio.wait([stopper, asyncio.ensure_future(self._data.wait())], timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
-                stopper.cancel()
+                waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._data.wait())]
+                await asyncio.wait(waiters, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+                for w in waiters:
+                    w.cancel()
                 self.wait_s += time.monotonic() - t0
                 continue
             batch = self.replay.sample(bs, self.trainer.rng)
@@ -148,9 +156,12 @@ class Learner:
                 self.runlog.write(self.row(), step)
             if self.trainer.publish_due:
                 self.trainer.bump_version()
+                self._version_step = step
                 self.replay.set_current_version(self.trainer.version)
-                await self._publish()
+                # Checkpoint before publishing: a learner killed in between must not resume
+                # from an older checkpoint and publish different weights under this number.
                 await loop.run_in_executor(self._pool, self._checkpoint)
+                await _unless_stopped(self._publish(), stop)
 
     async def _publish(self) -> None:
         blob = state_dict_to_bytes(self.trainer.model.state_dict())
@@ -161,13 +172,18 @@ class Learner:
         log.info("published v%d to %d/%d servers in %.0f ms", self.trainer.version, len(acks), len(self.publisher.servers), ms)
 
     def _checkpoint(self) -> Path:
+        state = {**self.trainer.state_dict(), "games": self.games, "positions": self.positions}
         return save_checkpoint(
-            self.ckpt_dir, self.trainer.step_count, self.trainer.version, self.trainer.state_dict(),
+            self.ckpt_dir, self.trainer.step_count, self.trainer.version, state,
             to_dict(self.cfg), keep_last=self.cfg.checkpoint.keep_last, keep_every=self.cfg.checkpoint.keep_every,
         )
 
     def checkpoint_now(self) -> Path:
-        """A checkpoint of the current state (on a clean stop)."""
+        """A checkpoint of the current state (on a clean stop). Weights trained past the last
+        published version get the next version number: a resumed run serves them under it."""
+        if self.trainer.step_count != self._version_step:
+            self.trainer.bump_version()
+            self._version_step = self.trainer.step_count
         return self._checkpoint()
 
     def row(self) -> dict[str, Any]:
@@ -202,6 +218,7 @@ class Learner:
             sps = (steps - last_steps) / (now - last_t)
             dt_train, dt_wait = self.train_s - last_busy[0], self.wait_s - last_busy[1]
             busy = dt_train / max(dt_train + dt_wait, 1e-9)
+            self.runlog.write(self.row(), steps)  # also while waiting, so progress stays visible
             m = self.replay.metrics()
             verdict = "saturated (learner-bound)" if busy > 0.5 else "waiting for data (actor-bound)"
             log.info(
@@ -212,3 +229,18 @@ class Learner:
                 m.reuse, m.mean_lag, m.size, self.trainer.version, self.games, verdict,
             )
             last_steps, last_t, last_busy = steps, now, (self.train_s, self.wait_s)
+
+
+async def _unless_stopped(work: Any, stop: asyncio.Event) -> None:
+    """Await ``work`` unless ``stop`` is set first (then cancel it): a publish waiting on an
+    unreachable server must not hold up a stop. Servers left behind are caught up next run."""
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([task, stopper], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

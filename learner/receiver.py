@@ -13,11 +13,13 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import zmq
 import zmq.asyncio
 
+from azserve.auth import AuthConfig, server_auth
 from azserve.errors import ConfigError, ProtocolError
 from azserve.protocol import (
     PROTOCOL_VERSION,
@@ -116,6 +118,7 @@ class TrajectoryReceiver:
         game: str | None = None,
         dedup: DuplicateFilter | None = None,
         context: zmq.asyncio.Context | None = None,
+        auth: AuthConfig | None = None,
     ) -> None:
         """``obs_shape`` (C, H, W) and ``num_actions`` are the network's; with ``game`` set,
         trajectories of another game are refused."""
@@ -125,6 +128,8 @@ class TrajectoryReceiver:
         self.game = game
         self.dedup = dedup if dedup is not None else DuplicateFilter(cfg.dedup_capacity)
         self._on_trajectory = on_trajectory
+        self.auth = auth or AuthConfig()
+        self._authenticator: Any = None
         self._ctx = context
         self._own_ctx = context is None
         self._sock: zmq.asyncio.Socket | None = None
@@ -146,9 +151,11 @@ class TrajectoryReceiver:
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.MAXMSGSIZE, self.cfg.max_message_bytes)
         try:
+            self._authenticator = server_auth(self._ctx, sock, self.auth, self.cfg.endpoint)
             await self._bind(sock)
-        except (zmq.ZMQError, asyncio.CancelledError):
+        except (zmq.ZMQError, ConfigError, asyncio.CancelledError):
             sock.close(linger=0)
+            self._stop_auth()
             self._close_ctx()
             self._state = "closed"
             raise
@@ -177,10 +184,16 @@ class TrajectoryReceiver:
         self._task.cancel()
         await asyncio.wait([self._task])  # unlike awaiting it, does not raise the task's error
         self._sock.close(linger=self.cfg.close_linger_ms)
+        self._stop_auth()
         self._close_ctx()
         error = None if self._task.cancelled() else self._task.exception()
         if error is not None:
             raise error
+
+    def _stop_auth(self) -> None:
+        if self._authenticator is not None:
+            self._authenticator.stop()
+            self._authenticator = None
 
     def _close_ctx(self) -> None:
         if self._own_ctx and self._ctx is not None:

@@ -107,3 +107,48 @@ def test_sync_client_bad_key_config_names_the_key(keys: Path) -> None:
     auth = AuthConfig(server_public_key=str(keys / "keys" / "server.key"))  # no client secret
     with pytest.raises(ConfigError, match="auth.client_secret_key"):
         SyncClient("tcp://127.0.0.1:1", auth=auth)
+
+
+async def test_trajectory_socket_needs_an_authorized_key(keys: Path) -> None:
+    """The learner's trajectory ROUTER takes CURVE keys too: the authorized actor's games
+    arrive, a sender without keys delivers nothing."""
+    import asyncio
+
+    import numpy as np
+
+    from actors.trajectory import SinkConfig, TrajectorySender
+    from azserve.protocol import Trajectory
+    from learner.receiver import ReceiverConfig, TrajectoryReceiver
+
+    got: list[int] = []
+    receiver = TrajectoryReceiver(
+        ReceiverConfig(endpoint="tcp://127.0.0.1:*", close_linger_ms=0),
+        (2, 3, 3),
+        9,
+        lambda msg, *arrays: got.append(msg.game_id),
+        auth=server_auth(keys),
+    )
+    await receiver.start()
+    arrays = (
+        np.zeros((1, 2, 3, 3), np.uint8),
+        np.full((1, 9), 1 / 9, np.float32),
+        np.ones(1, np.float32),
+    )
+    good = TrajectorySender(
+        SinkConfig(endpoint=receiver.endpoint, drain_timeout_s=5.0),
+        auth=client_auth(keys, keys / "keys" / "actor.key_secret"),
+    )
+    bad = TrajectorySender(SinkConfig(endpoint=receiver.endpoint, drain_timeout_s=0.5))
+    try:
+        for i, s in ((1, good), (2, bad)):
+            await s.start()
+            await s.send(
+                Trajectory(actor="a", game_id=i, game="tictactoe", version=0, length=1, result=1.0),
+                *arrays,
+            )
+        assert await good.aclose() == 0
+        assert await bad.aclose() == 1  # never acked
+        await asyncio.sleep(0.1)
+        assert got == [1]
+    finally:
+        await receiver.aclose()
