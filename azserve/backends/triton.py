@@ -102,10 +102,12 @@ class TritonBackend(Backend):
             try:
                 if await self._client.is_server_live(client_timeout=1.0):
                     return
+                why = "not live"
             except InferenceServerException as exc:
-                if time.monotonic() > deadline:
-                    await self.aclose()
-                    raise ServerClosed(f"Triton at {self.cfg.url} is not reachable: {exc.message()}") from exc
+                why = exc.message() or str(exc)
+            if time.monotonic() > deadline:
+                await self.aclose()
+                raise ServerClosed(f"Triton at {self.cfg.url} is not reachable: {why}")
             await asyncio.sleep(0.1)
 
     async def aclose(self) -> None:
@@ -146,9 +148,17 @@ class TritonBackend(Backend):
     # --- compute -----------------------------------------------------------------------------
 
     async def infer(self, version: int, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """obs uint8 ``[B, C, H, W]`` -> (logits ``[B, A]`` f32, value ``[B]`` f32)."""
+        """obs uint8 ``[B, C, H, W]`` -> (logits ``[B, A]`` f32, value ``[B]`` f32).
+
+        Float planes are accepted when they hold whole numbers 0..255 (they travel as uint8).
+        """
         if obs.dtype != np.uint8:
-            raise ValueError(f"triton backend: obs must be uint8 (Triton input is UINT8), got {obs.dtype}")
+            planes = obs.astype(np.uint8)
+            if not np.array_equal(planes, obs):
+                raise ValueError(
+                    "triton backend: obs must be uint8 planes (Triton input obs is UINT8)"
+                )
+            obs = planes
         try:
             return await self._infer_once(version, obs)
         except VersionUnavailable:
@@ -162,7 +172,9 @@ class TritonBackend(Backend):
         client = self._require_client()
         inp = grpcclient.InferInput(self.names.obs, list(obs.shape), "UINT8")
         inp.set_data_from_numpy(np.ascontiguousarray(obs))
-        outputs = [grpcclient.InferRequestedOutput(n) for n in (self.names.logits, self.names.value)]
+        outputs = [
+            grpcclient.InferRequestedOutput(n) for n in (self.names.logits, self.names.value)
+        ]
         try:
             res = await client.infer(
                 self._model,
@@ -176,7 +188,9 @@ class TritonBackend(Backend):
         logits = res.as_numpy(self.names.logits)
         value = res.as_numpy(self.names.value)
         if logits is None or value is None or logits.shape[0] != len(obs) or value.size != len(obs):
-            raise RemoteError("TritonError", f"bad reply for {len(obs)} rows from version {version}")
+            raise RemoteError(
+                "TritonError", f"bad reply for {len(obs)} rows from version {version}"
+            )
         return logits, value.reshape(-1)  # Triton reports value as [B, 1]
 
     # --- versions ----------------------------------------------------------------------------
@@ -210,7 +224,9 @@ class TritonBackend(Backend):
     def _check_weights(self, blob: bytes) -> None:
         """The same strict check the torch backend does, so bad weights fail here, not on Triton."""
         try:
-            build_net(self.net_cfg, seed=None).load_state_dict(bytes_to_state_dict(blob), strict=True)
+            build_net(self.net_cfg, seed=None).load_state_dict(
+                bytes_to_state_dict(blob), strict=True
+            )
         except RuntimeError as exc:
             raise WeightsError(f"weights do not fit the configured net: {exc}") from exc
 

@@ -9,8 +9,9 @@ stub needs:
   ``nvidia_pytriton.libs``, else the stub links the system's libpython and fails;
 - ``PATH`` starts with this interpreter's ``bin`` directory, because the stub takes its Python
   (and so torch, numpy<2 and azserve) from the first ``python3`` on PATH;
-- each server gets its own shared-memory prefix, so concurrent servers never collide in
-  ``/dev/shm``; servers are stopped with SIGTERM (SIGKILL leaves shm files behind).
+- each server run gets its own shared-memory prefix, so concurrent servers never collide in
+  ``/dev/shm``; servers are stopped with SIGTERM, and ``stop`` then removes the shm files of
+  that run that Triton left (stubs still finalising when its exit timeout ends, or a SIGKILL).
 
 ``python -m azserve.backends.triton_launch REPO`` runs one in the foreground.
 """
@@ -68,7 +69,12 @@ def find_tritonserver() -> TritonDist:
         stub=server / "python_backend_stubs" / py / "triton_python_backend_stub",
         libs=root.parent / "nvidia_pytriton.libs",
     )
-    for path in (dist.binary, dist.stub, dist.libs, *(dist.python_backend / f for f in _PYTHON_BACKEND_FILES)):
+    for path in (
+        dist.binary,
+        dist.stub,
+        dist.libs,
+        *(dist.python_backend / f for f in _PYTHON_BACKEND_FILES),
+    ):
         if not path.exists():
             raise TritonStartError(f"nvidia-pytriton is incomplete: {path} not found")
     return dist
@@ -132,6 +138,7 @@ class TritonProcess:
         self._backends = _backend_dir(dist, workdir)
         self._env = _server_env(dist)
         self._proc: subprocess.Popen[bytes] | None = None
+        self._shm_prefix = ""
 
     @property
     def grpc_url(self) -> str:
@@ -146,8 +153,7 @@ class TritonProcess:
         return self._proc is not None and self._proc.poll() is None
 
     def command(self) -> list[str]:
-        """The full command line (also what the docs recommend for CPU runs)."""
-        shm_prefix = f"azserve{os.getpid()}x{next(_shm_counter)}"
+        """The full command line of the current run."""
         return [
             str(self.dist.binary),
             f"--model-repository={self.repo_dir}",
@@ -155,7 +161,7 @@ class TritonProcess:
             # Saves ~2.5 s per load_model: azserve writes complete configs.
             "--disable-auto-complete-config",
             f"--backend-directory={self._backends}",
-            f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+            f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
             "--grpc-address=127.0.0.1",
             f"--grpc-port={self.grpc_port}",
             "--allow-http=false",
@@ -170,6 +176,8 @@ class TritonProcess:
         """Start the process and wait until it reports ready; raise ``TritonStartError`` if not."""
         if self.running():
             raise RuntimeError("tritonserver already running")
+        # The trailing "_" keeps one prefix from being the start of another (x1 vs x10).
+        self._shm_prefix = f"azserve{os.getpid()}x{next(_shm_counter)}_"
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
                 self.command(),
@@ -210,16 +218,22 @@ class TritonProcess:
                 time.sleep(0.1)
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM, wait for a clean exit (so shm files are removed); SIGKILL only if stuck."""
+        """SIGTERM and wait (SIGKILL only if stuck), then remove this run's leftover shm files."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        # Triton frees a stub's region only once the stub has finalised (~3 s with torch here);
+        # on an exit timeout it leaves them. The prefix is unique to this run, so this is safe.
+        if self._shm_prefix:  # an empty prefix would match every file
+            for leftover in Path("/dev/shm").glob(f"{self._shm_prefix}*"):
+                leftover.unlink(missing_ok=True)
 
     def restart(self) -> None:
         """Stop (if running) and start again on the same port and repository."""
@@ -283,26 +297,27 @@ def start_triton(
     return proc
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run a server in the foreground until SIGINT/SIGTERM."""
+def main(argv: list[str] | None = None) -> int:
+    """Run a server in the foreground until SIGINT/SIGTERM; arguments after the repository
+    that this parser does not know go to tritonserver (later flags override earlier ones)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("repository", help="model repository (= backend.repository)")
     ap.add_argument("--grpc-port", type=int, default=8001)
     args, extra = ap.parse_known_args(argv)
     server = start_triton(args.repository, grpc_port=args.grpc_port, extra_args=tuple(extra))
     print(f"tritonserver ready at {server.grpc_url} (pid {server.pid}, log {server.log_path})")
-    stop = signal.getsignal(signal.SIGINT)
+    # SIGTERM must reach the finally below, or the server would outlive this process.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
         while server.running():
             time.sleep(0.5)
         print(f"tritonserver exited:\n{server.log_tail()}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        pass
+        return 0
     finally:
-        signal.signal(signal.SIGINT, stop)
         server.close()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

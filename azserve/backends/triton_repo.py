@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from azserve.backends.base import BackendConfig
-from azserve.errors import WeightsError
+from azserve.errors import ConfigError, WeightsError
 from azserve.weights import atomic_write_bytes, bytes_to_state_dict
 from learner.network import AlphaZeroNet, NetConfig, build_net
 
@@ -152,10 +152,14 @@ class ModelRepository:
     """Writes and removes the versions of one model in a Triton model repository."""
 
     def __init__(
-        self, root: str | os.PathLike[str], net: NetConfig, cfg: BackendConfig, max_batch_size: int = MAX_BATCH_SIZE
+        self,
+        root: str | os.PathLike[str],
+        net: NetConfig,
+        cfg: BackendConfig,
+        max_batch_size: int = MAX_BATCH_SIZE,
     ) -> None:
         if not str(root):
-            raise ValueError("backend.repository: set it to tritonserver's --model-repository")
+            raise ConfigError("backend.repository: set it to tritonserver's --model-repository")
         self.root = Path(root).resolve()
         self.net = net
         self.cfg = cfg
@@ -185,16 +189,17 @@ class ModelRepository:
         """Version directories present, ascending."""
         if not self.model_dir.is_dir():
             return []
-        return sorted(int(p.name) for p in self.model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+        return sorted(
+            int(p.name) for p in self.model_dir.iterdir() if p.is_dir() and p.name.isdigit()
+        )
 
     def write_version(self, version: int, blob: bytes) -> int:
         """Stage version ``version`` from safetensors ``blob`` and rename it into place.
 
         Returns the size of the weights file written (``model.safetensors`` or ``model.pt``).
         """
-        if version < 1:
-            # Triton ignores version directory 0 and anything non-positive.
-            raise WeightsError(f"Triton versions start at 1, got {version}")
+        if version < 0:
+            raise WeightsError(f"Triton version directories are numbers >= 0, got {version}")
         stage = Path(tempfile.mkdtemp(prefix=self._stage_prefix, dir=self.root.parent))
         try:
             if self.cfg.model_form == "python":

@@ -86,7 +86,10 @@ class TritonPythonModel:
         start = 0
         for o in obs:
             end = start + o.shape[0]
-            out = [pb_utils.Tensor("logits", logits[start:end]), pb_utils.Tensor("value", value[start:end])]
+            out = [
+                pb_utils.Tensor("logits", logits[start:end]),
+                pb_utils.Tensor("value", value[start:end]),
+            ]
             responses.append(pb_utils.InferenceResponse(output_tensors=out))
             start = end
         return responses
