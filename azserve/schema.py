@@ -82,6 +82,11 @@ class Config:
             raise ConfigError(
                 f"client.model={self.client.model!r} differs from server.model={self.server.model!r}"
             )
+        if self.backend.kind == "triton" and self.backend.keep_versions < self.server.max_versions:
+            raise ConfigError(
+                f"backend.keep_versions={self.backend.keep_versions} is below server.max_versions="
+                f"{self.server.max_versions}: Triton would drop versions games are pinned to"
+            )
         if self.client.max_rows > self.server.max_batch_size:
             raise ConfigError(
                 f"client.max_rows={self.client.max_rows} exceeds server.max_batch_size="

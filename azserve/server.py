@@ -24,7 +24,15 @@ from azserve import protocol as P
 from azserve.auth import AuthConfig, server_auth
 from azserve.backends import Backend, BackendConfig, make_backend
 from azserve.batching import BatchQueue
-from azserve.errors import AzserveError, Overloaded, RemoteError, VersionUnavailable, WeightsError
+from azserve.errors import (
+    AzserveError,
+    Overloaded,
+    RemoteError,
+    RequestTimeout,
+    ServerClosed,
+    VersionUnavailable,
+    WeightsError,
+)
 from azserve.metrics import RateMeter, Registry, serve_metrics
 from azserve.versions import VersionRegistry
 from azserve.weights import checksum
@@ -392,6 +400,9 @@ class InferenceServer:
             return
         except (RemoteError, _Bad) as exc:
             self._fail(items, exc.type, exc.message)
+            return
+        except (ServerClosed, RequestTimeout) as exc:  # a remote backend (Triton) is unreachable
+            self._fail(items, "BackendUnavailable", str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - the batch's requesters get the error as data
             log.exception("batch on version %d failed", version)

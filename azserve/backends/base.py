@@ -39,7 +39,7 @@ class BackendConfig:
     """triton: model name inside the repository."""
     max_inflight: int = 4
     """triton: batches in flight to Triton at once."""
-    keep_versions: int = 4
+    keep_versions: int = 8
     """triton: ``version_policy { latest { num_versions } }`` in config.pbtxt."""
     instance_count: int = 1
     """triton: model instances (``instance_group.count``)."""
