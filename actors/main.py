@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from actors.selfplay import ActorsConfig, SelfPlay, SelfPlayStats
 from actors.trajectory import SinkConfig, open_sink
 from azserve.client import EvalClient
+from azserve.errors import RequestTimeout
 
 if TYPE_CHECKING:
     from azserve.schema import Config
@@ -41,16 +42,35 @@ async def run_actors(cfg: Config, actor_id: str | None = None, stop: asyncio.Eve
             loop.add_signal_handler(sig, stop.set)
     # server <- client <- games -> sink -> learner
     client = EvalClient(cfg.client, cfg.auth)
-    await client.start()
-    sink = open_sink(sink_config(cfg.actors), auth=cfg.auth)
-    await sink.start()
-    selfplay = SelfPlay(cfg.game, cfg.actors, cfg.mcts, client, sink, actor_id)
+    await client.start(wait_ready=False)
     try:
-        stats = await selfplay.run(stop)
+        if not await wait_for_server(client, stop):
+            return SelfPlayStats()
+        sink = open_sink(sink_config(cfg.actors), auth=cfg.auth)
+        await sink.start()
+        selfplay = SelfPlay(cfg.game, cfg.actors, cfg.mcts, client, sink, actor_id)
+        try:
+            stats = await selfplay.run(stop)
+        finally:
+            undelivered = await sink.aclose()
     finally:
-        undelivered = await sink.aclose()
         await client.aclose()
     if undelivered:
         log.warning("%d trajectories were not delivered", undelivered)
     log.info("actor %s done: %d games, %d positions", actor_id, stats.games, stats.positions)
     return stats
+
+
+async def wait_for_server(client: EvalClient, stop: asyncio.Event) -> bool:
+    """Ping until the server answers (True) or ``stop`` is set (False). No deadline: the server
+    may come up long after the actors (another host, CUDA start-up), and a stop must not wait."""
+    waited = 0
+    while not stop.is_set():
+        try:
+            await client.ping(timeout_s=1.0)
+            return True
+        except RequestTimeout:
+            waited += 1
+            if waited % 30 == 1:
+                log.info("waiting for the inference server at %s (%d s)", client.cfg.server, waited)
+    return False

@@ -57,6 +57,7 @@ def register(sub: Any, common: Common) -> None:
     p = sub.add_parser("launch", help="run server, actors and learner across hosts (ssh)")
     common(p)
     p.add_argument("--hosts", required=True, help="hosts file (TOML) naming each host's role")
+    p.add_argument("--run-dir", help="the learner's run directory on its host (default runs/launch-GAME)")
     p.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
     p.set_defaults(run=_launch)
 

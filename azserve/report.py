@@ -26,12 +26,10 @@ def write_report(run_dir: str | Path) -> Path:
         for key in ("loss", "policy_loss", "value_loss"):
             ax.plot(steps, [r.get(key, float("nan")) for r in rows], label=key)
     ax.set(title="training loss", xlabel="learner step")
-    ax.legend()
     ax = axes[1]
     for label, series in _eval_series(evals).items():
         ax.plot([p[0] for p in series], [p[1] for p in series], marker="o", label=label)
     ax.set(title="evaluation", xlabel="learner step", ylim=(-0.02, 1.02))
-    ax.legend(fontsize=8)
     ax = axes[2]
     if len(rows) > 1:
         t0 = rows[0]["time"]
@@ -43,7 +41,9 @@ def write_report(run_dir: str | Path) -> Path:
         ax.plot(ts, pos_rate, label="self-play positions/s")
         ax.plot(ts, samples, label="learner samples/s")
     ax.set(title="throughput", xlabel="minutes")
-    ax.legend()
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:  # an empty legend only warns
+            ax.legend(fontsize=8)
     fig.tight_layout()
     out = run_dir / "report.png"
     fig.savefig(out, dpi=90)

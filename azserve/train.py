@@ -59,16 +59,20 @@ class Snapshot:
 
 
 def resolve_for_run(cfg: Config, sock_dir: Path) -> Config:
-    """The run's config: private ipc endpoints and per-process torch threads."""
+    """The run's config: private ipc endpoints, per-process torch threads, and the step budget
+    handed to the learner (which stops exactly there; the supervisor only sees logged rows)."""
     server_ep = f"ipc://{sock_dir}/server"
     learner_ep = f"ipc://{sock_dir}/learner"
+    learner: dict[str, Any] = {"bind": learner_ep, "servers": (server_ep,), "threads": cfg.train.learner_threads}
+    if cfg.train.steps:
+        learner["max_steps"] = cfg.train.steps
     return replace(
         cfg,
         server={"bind": server_ep},
         client={"server": server_ep},
         backend={"threads": cfg.train.server_threads},
         actors={"learner": learner_ep, "sink": "learner"},
-        learner={"bind": learner_ep, "servers": (server_ep,), "threads": cfg.train.learner_threads},
+        learner=learner,
     )
 
 
@@ -114,7 +118,8 @@ class Training:
 
     def run(self) -> int:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if not self.resume and latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir) is not None:
+        if not self.resume and self._holds_run():
+            shutil.rmtree(self.sock_dir, ignore_errors=True)
             raise AzserveError(f"{self.run_dir} already holds a run: pass --resume to continue it, or pick a new --run-dir")
         self._build_children()
         # server first (actors wait for it), then the learner, then the actors
@@ -123,19 +128,27 @@ class Training:
         print(f"azserve train: {self.cfg.game}, run dir {self.run_dir}, logs in {self.run_dir / 'logs'}", flush=True)
         interrupted = False
         previous = signal.signal(signal.SIGINT, lambda *_: self._request_stop("interrupted (Ctrl-C)"))
-        signal.signal(signal.SIGTERM, lambda *_: self._request_stop("terminated"))
+        previous_term = signal.signal(signal.SIGTERM, lambda *_: self._request_stop("terminated"))
         code = 0
         try:
             code = self._supervise()
         finally:
-            signal.signal(signal.SIGINT, previous)
+            # Handlers stay until the children are stopped: children run in their own sessions,
+            # so a second Ctrl-C that interrupted the shutdown would leave them running.
             self._shutdown()
+            signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGTERM, previous_term)
             interrupted = self._stop_reason.startswith("interrupted")
         self._final_eval()
         self._report()
         shutil.rmtree(self.sock_dir, ignore_errors=True)
         print(f"stopped: {self._stop_reason}; outputs in {self.run_dir}", flush=True)
         return 130 if interrupted and code == 0 else code
+
+    def _holds_run(self) -> bool:
+        """Whether ``run_dir`` has outputs of an earlier run (config, metrics or checkpoints)."""
+        earlier = [self.run_dir / "config.toml", self.run_dir / "metrics.jsonl"]
+        return any(p.exists() for p in earlier) or latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir) is not None
 
     def _request_stop(self, reason: str) -> None:
         if not self._stop_reason:
@@ -151,7 +164,7 @@ class Training:
                 if code is None:
                     continue
                 if child.name == "learner" and code == 0:
-                    self._request_stop("learner finished")
+                    self._request_stop(f"step budget of {t.steps} reached" if t.steps else "learner finished")
                     break
                 print(f"\n{child.name} exited with code {code}; last log lines:\n{child.tail()}", file=sys.stderr, flush=True)
                 if t.restart_children and child.restarts < t.max_restarts:
@@ -272,9 +285,13 @@ class Training:
         from learner.evaluate import evaluate_checkpoint
 
         torch.set_num_threads(1)
-        meta = load_checkpoint(path).meta
         t0 = time.monotonic()
-        result = evaluate_checkpoint(self.cfg, path, full, previous)
+        try:
+            meta = load_checkpoint(path).meta
+            result = evaluate_checkpoint(self.cfg, path, full, previous)
+        except (AzserveError, OSError) as exc:  # e.g. a checkpoint pruned while the run goes on
+            log.warning("evaluation of %s skipped: %s", path.name, exc)
+            return
         row = {"time": time.time(), "step": meta.step, "version": meta.version, "full": full,
                "eval_s": time.monotonic() - t0, **result}
         with (self.run_dir / "eval.jsonl").open("a") as f:

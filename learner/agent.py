@@ -116,3 +116,36 @@ class Agent:
 
     def analyze_sync(self, states: list[State], sims: int) -> list[Analysis]:
         return asyncio.run(self.analyze(states, sims))
+
+
+def agent_from_checkpoint(
+    path: str, config_path: str | None = None, overrides: list[str] = (), game: str | None = None  # type: ignore[assignment]
+) -> tuple[Any, Agent]:
+    """(Config, Agent) for a checkpoint. A learner checkpoint carries its config; plain weights
+    need ``config_path`` or ``game`` (then ``configs/<game>.toml`` is used)."""
+    from pathlib import Path
+
+    from actors.games import make_game
+    from azserve.config import apply_overrides, from_dict, read_toml
+    from azserve.errors import ConfigError, WeightsError
+    from azserve.schema import Config
+    from azserve.weights import load_weights_file
+    from learner.checkpoint import load_checkpoint
+
+    if not Path(path).is_file():  # else the fallback below would blame a missing config
+        raise WeightsError(f"checkpoint not found: {path}")
+    try:
+        data = load_checkpoint(path).meta.config
+    except WeightsError:
+        data = None  # plain safetensors weights: no config inside
+    if config_path:
+        data = read_toml(config_path)
+    if data is None:
+        if game is None:
+            raise ConfigError(f"{path} carries no config: pass --config or --game")
+        data = read_toml(Path(__file__).resolve().parents[1] / "configs" / f"{game}.toml")
+    cfg = from_dict(Config, apply_overrides(data, list(overrides)), "")
+    if game is not None and game != cfg.game:
+        raise ConfigError(f"--game {game}: the checkpoint plays {cfg.game}")
+    state = load_weights_file(path)
+    return cfg, Agent(make_game(cfg.game), cfg.net, state, cfg.mcts)

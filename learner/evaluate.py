@@ -75,7 +75,7 @@ def load_c4_benchmark(path: str, limit: int = 0) -> list[dict[str, Any]]:
             rows.append(
                 {
                     "moves": [int(c) - 1 for c in row["moves"]],
-                    "sign_optimal": {int(c) - 1 for c in row["sign_optimal_columns"]},
+                    "sign_optimal": {int(c) - 1 for c in row["sign_optimal_columns"].split(",")},
                     "set": row["test_set"],
                 }
             )
@@ -149,7 +149,10 @@ def evaluate_checkpoint(
     from azserve.weights import load_weights_file
 
     game = make_game(cfg.game)
+    # Read both files now: during a run, retention may delete ``previous`` (the oldest kept)
+    # while the benchmark below computes.
     agent = Agent(game, cfg.net, load_weights_file(path), cfg.mcts)
+    earlier = None if previous is None else Agent(game, cfg.net, load_weights_file(previous), cfg.mcts)
     sims = cfg.eval.sims if full else 0
     out: dict[str, Any] = {}
     if cfg.game == "tictactoe":
@@ -158,7 +161,6 @@ def evaluate_checkpoint(
         out["connect4"] = connect4_mistakes(agent, cfg.eval.c4_positions, sims, cfg.eval.c4_limit)
     if cfg.eval.match_games:
         out["vs_random"] = match(agent, None, cfg.eval.match_games, cfg.eval.match_sims)
-        if previous is not None:
-            earlier = Agent(game, cfg.net, load_weights_file(previous), cfg.mcts)
+        if earlier is not None:
             out["vs_previous"] = match(agent, earlier, cfg.eval.match_games, cfg.eval.match_sims, opening_plies=2)
     return out

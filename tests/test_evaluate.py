@@ -1,0 +1,164 @@
+"""Evaluation: the Connect Four benchmark file, mistake rates, tic-tac-toe optimality against
+exhaustive minimax, and matches."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from actors.games import make_game
+from actors.games.solver import TicTacToeSolver
+from azserve.schema import load_config, to_dict
+from learner.agent import Agent
+from learner.checkpoint import save_checkpoint
+from learner.evaluate import (
+    SET_NAMES,
+    EvalConfig,
+    connect4_mistakes,
+    evaluate_checkpoint,
+    load_c4_benchmark,
+    match,
+    resolve_data_path,
+    tictactoe_optimality,
+)
+from learner.network import NetConfig
+from learner.trainer import Trainer
+
+REPO = Path(__file__).resolve().parents[1]
+C4_DATA = EvalConfig().c4_positions
+needs_c4_data = pytest.mark.skipif(
+    not resolve_data_path(C4_DATA).is_file(), reason=f"benchmark data {C4_DATA} not present"
+)
+SMALL_C4 = NetConfig(in_channels=2, height=6, width=7, num_actions=7, blocks=1, channels=8)
+SMALL_TTT = NetConfig(in_channels=2, height=3, width=3, num_actions=9, blocks=1, channels=8)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def c4_agent(seed: int = 0) -> Agent:
+    cfg = load_config(REPO / "configs" / "connect4.toml")
+    return Agent(make_game("connect4"), SMALL_C4, None, cfg.mcts, seed=seed)
+
+
+def ttt_agent(seed: int = 0) -> Agent:
+    cfg = load_config(REPO / "configs" / "tictactoe.toml")
+    return Agent(make_game("tictactoe"), SMALL_TTT, None, cfg.mcts, seed=seed)
+
+
+@needs_c4_data
+def test_load_c4_benchmark() -> None:
+    rows = load_c4_benchmark(C4_DATA)
+    assert len(rows) == 1000
+    counts = Counter(r["set"] for r in rows)
+    assert set(counts) == set(SET_NAMES) and len(counts) == 6
+    assert counts == {
+        "Test_L3_R1": 250, "Test_L2_R1": 250, "Test_L2_R2": 250,
+        "Test_L1_R1": 125, "Test_L1_R2": 100, "Test_L1_R3": 25,
+    }  # fmt: skip
+    game = make_game("connect4")
+    for r in rows:
+        # Zero-based columns: every position replays legally and is not over.
+        assert all(0 <= m < 7 for m in r["moves"])
+        state = game.from_moves(r["moves"])
+        assert not game.is_terminal(state)
+        assert r["sign_optimal"] and r["sign_optimal"] <= set(game.legal_actions(state))
+    # The first line of the file: moves "6667...", sign_optimal_columns "7" (one-based).
+    assert rows[0]["moves"][:4] == [5, 5, 5, 6]
+    assert rows[0]["sign_optimal"] == {6}
+    # Several-column sets are parsed whole.
+    assert any(r["sign_optimal"] == set(range(7)) for r in rows)
+    assert load_c4_benchmark(C4_DATA, limit=10) == rows[:10]
+
+
+@needs_c4_data
+def test_connect4_mistakes_per_set() -> None:
+    out = connect4_mistakes(c4_agent(), C4_DATA, sims=0)
+    assert out["positions"] == 1000
+    assert "mcts" not in out
+    rates = out["policy"]
+    assert set(rates) == {"overall", *SET_NAMES.values()}
+    for name, rate in rates.items():
+        assert 0.0 <= rate <= 1.0, name
+    # overall is the position-weighted mean of the sets
+    sizes = {
+        SET_NAMES[s]: n for s, n in Counter(r["set"] for r in load_c4_benchmark(C4_DATA)).items()
+    }
+    weighted = sum(rates[k] * n for k, n in sizes.items()) / 1000
+    assert rates["overall"] == pytest.approx(weighted)
+
+
+@needs_c4_data
+def test_connect4_mistakes_with_search() -> None:
+    out = connect4_mistakes(c4_agent(), C4_DATA, sims=4, limit=40)
+    assert out["positions"] == 40
+    for label in ("policy", "mcts"):
+        assert 0.0 <= out[label]["overall"] <= 1.0
+
+
+def test_tictactoe_optimality_of_a_random_net() -> None:
+    out = tictactoe_optimality(ttt_agent(), sims=2)
+    assert out["positions"] == 4520
+    for key in ("policy_optimal", "mcts_optimal"):
+        assert 0.0 <= out[key] <= 1.0
+    # Random play is far from perfect, but many positions have several optimal moves.
+    assert out["policy_optimal"] < 0.95
+    assert set(tictactoe_optimality(ttt_agent(), sims=0)) == {"positions", "policy_optimal"}
+
+
+def test_solver_knows_the_game() -> None:
+    solver = TicTacToeSolver()
+    game = solver.game
+    assert solver.value(game.initial_state()) == 0  # perfect play draws
+    assert len(solver.reachable_nonterminal_states()) == 4520
+    assert solver.optimal_actions(game.from_moves([0, 3, 1, 4])) == {2}
+
+
+@pytest.mark.parametrize("games", [1, 4, 5])
+def test_match_against_random_counts_every_game(games: int) -> None:
+    result = match(ttt_agent(), None, games=games, sims=2, seed=1)
+    assert set(result) == {"win", "draw", "loss"}
+    assert result["win"] + result["draw"] + result["loss"] == games
+    assert all(v >= 0 for v in result.values())
+
+
+def test_match_between_agents_and_strong_search_beats_random() -> None:
+    result = match(ttt_agent(1), ttt_agent(2), games=4, sims=2, opening_plies=2)
+    assert sum(result.values()) == 4
+    # 200 simulations with exact terminal values never lose at tic-tac-toe to random play.
+    strong = match(ttt_agent(), None, games=4, sims=200)
+    assert strong["loss"] == 0 and sum(strong.values()) == 4
+
+
+def test_evaluate_checkpoint(tmp_path: Path) -> None:
+    cfg = load_config(
+        REPO / "configs" / "tictactoe.toml",
+        [
+            "net.blocks=1",
+            "net.channels=8",
+            "eval.match_games=2",
+            "eval.match_sims=2",
+            "eval.sims=2",
+        ],
+    )
+    paths = []
+    for step, seed in ((10, 1), (20, 2)):
+        trainer = Trainer(cfg.net, type(cfg.trainer)(seed=seed, device="cpu"))
+        paths.append(
+            save_checkpoint(tmp_path, step, step // 10, trainer.state_dict(), to_dict(cfg))
+        )
+    out = evaluate_checkpoint(cfg, paths[1], full=True, previous=paths[0])
+    assert out["tictactoe"]["positions"] == 4520 and "mcts_optimal" in out["tictactoe"]
+    for key in ("vs_random", "vs_previous"):
+        assert sum(out[key].values()) == 2
+    quick = evaluate_checkpoint(cfg, paths[1], full=False)
+    assert "mcts_optimal" not in quick["tictactoe"] and "vs_previous" not in quick
