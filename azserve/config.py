@@ -8,6 +8,7 @@ the resolved config back out as TOML.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tomllib
 import types
@@ -180,7 +181,7 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, (int, float)):
         return repr(v)
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return json.dumps(v, ensure_ascii=False)  # JSON string escapes are valid TOML basic strings
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise ConfigError(f"cannot write {v!r} as TOML")

@@ -8,6 +8,9 @@ from learner.agent import agent_from_checkpoint
 
 
 def run_play(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.set_num_threads(1)  # one position at a time: more threads only add overhead
     cfg, agent = agent_from_checkpoint(args.checkpoint, args.config, args.overrides, args.game)
     game = agent.game
     sims = cfg.eval.sims if args.sims is None else args.sims

@@ -193,16 +193,17 @@ class Training:
 
     def _shutdown(self) -> None:
         by_name = {c.name: c for c in self.children}
+        # Actors first: their finished games drain to the learner, which is still acking. Then
+        # the learner (SIGINT: it finishes its step and writes a resumable checkpoint), then the
+        # server.
+        actors = [c for c in self.children if c.name.startswith("actor")]
+        for c in actors:
+            c.send(signal.SIGTERM)
+        for c in actors:
+            c.stop(timeout=20)
         learner = by_name.get("learner")
         if learner is not None and learner.poll() is None:
-            # SIGINT: the learner finishes its step and writes a resumable checkpoint.
             learner.stop(timeout=120, sig=signal.SIGINT)
-        for c in self.children:
-            if c.name.startswith("actor"):
-                c.send(signal.SIGTERM)
-        for c in self.children:
-            if c.name.startswith("actor"):
-                c.stop(timeout=20)
         if "server" in by_name:
             by_name["server"].stop(timeout=20)
         if self._eval_thread is not None:

@@ -74,7 +74,12 @@ class Agent:
         self.game = game
         model = build_net(net, seed=seed)
         if state is not None:
-            model.load_state_dict(state)
+            try:
+                model.load_state_dict(state)
+            except RuntimeError as exc:
+                from azserve.errors import WeightsError
+
+                raise WeightsError(f"weights do not fit the configured net {net}: {exc}") from exc
         self.evaluator = LocalEvaluator(model)
         # Analysis is deterministic: no noise, no temperature, no resignation.
         self.mcts_cfg = replace(mcts, temperature=0.0, temperature_moves=0, resign_threshold=-2.0, dirichlet_fraction=0.0)
