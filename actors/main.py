@@ -30,7 +30,9 @@ def sink_config(cfg: ActorsConfig) -> SinkConfig:
     return SinkConfig(max_outbox=cfg.max_outbox)
 
 
-async def run_actors(cfg: Config, actor_id: str | None = None, stop: asyncio.Event | None = None) -> SelfPlayStats:
+async def run_actors(
+    cfg: Config, actor_id: str | None = None, stop: asyncio.Event | None = None
+) -> SelfPlayStats:
     """Run self-play until stopped (SIGINT/SIGTERM or ``stop``) or the game budget is spent."""
     # A fresh suffix per process lifetime: a restarted actor counts game ids from 0 again, and
     # the learner drops (actor, game_id) pairs it has seen.

@@ -79,7 +79,13 @@ class FinishedGame:
     resigned: bool
 
 
-async def play_game(game: Game, mcts_cfg: MCTSConfig, client: EvalClient, rng: np.random.Generator, stats: SelfPlayStats) -> FinishedGame:
+async def play_game(
+    game: Game,
+    mcts_cfg: MCTSConfig,
+    client: EvalClient,
+    rng: np.random.Generator,
+    stats: SelfPlayStats,
+) -> FinishedGame:
     """Play one game against itself on the version pinned at its start."""
     mcts = MCTS(game, mcts_cfg, rng)
     with client.pin_latest() as version:
@@ -133,11 +139,18 @@ async def play_game(game: Game, mcts_cfg: MCTSConfig, client: EvalClient, rng: n
     )
 
 
-def to_message(g: FinishedGame, actor: str, game_id: int, game_name: str) -> tuple[P.Trajectory, list[np.ndarray]]:
+def to_message(
+    g: FinishedGame, actor: str, game_id: int, game_name: str
+) -> tuple[P.Trajectory, list[np.ndarray]]:
     """A finished game as its wire message and arrays."""
     msg = P.Trajectory(
-        actor=actor, game_id=game_id, game=game_name, version=g.version,
-        length=len(g.outcome), result=g.result, resigned=g.resigned,
+        actor=actor,
+        game_id=game_id,
+        game=game_name,
+        version=g.version,
+        length=len(g.outcome),
+        result=g.result,
+        resigned=g.resigned,
     )
     return msg, [g.obs, g.policy, g.outcome]
 
@@ -145,7 +158,15 @@ def to_message(g: FinishedGame, actor: str, game_id: int, game_name: str) -> tup
 class SelfPlay:
     """Runs ``cfg.games`` game coroutines until stopped or ``max_games`` finished."""
 
-    def __init__(self, game_name: str, cfg: ActorsConfig, mcts_cfg: MCTSConfig, client: EvalClient, sink: TrajectorySink, actor_id: str) -> None:
+    def __init__(
+        self,
+        game_name: str,
+        cfg: ActorsConfig,
+        mcts_cfg: MCTSConfig,
+        client: EvalClient,
+        sink: TrajectorySink,
+        actor_id: str,
+    ) -> None:
         self.game = make_game(game_name)
         self.cfg = cfg
         self.mcts_cfg = mcts_cfg
@@ -158,7 +179,9 @@ class SelfPlay:
 
     async def run(self, stop: asyncio.Event) -> SelfPlayStats:
         """Play until ``stop`` is set or the game budget is spent; games in progress then end."""
-        workers = [asyncio.create_task(self._worker(i), name=f"game-{i}") for i in range(self.cfg.games)]
+        workers = [
+            asyncio.create_task(self._worker(i), name=f"game-{i}") for i in range(self.cfg.games)
+        ]
         monitors = [asyncio.create_task(self._lag_monitor(), name="loop-lag")]
         if self.cfg.status_interval_s:
             monitors.append(asyncio.create_task(self._status_loop(), name="status"))
@@ -166,7 +189,9 @@ class SelfPlay:
         try:
             pending = set(workers)
             while pending:
-                done, _ = await asyncio.wait([*waiters, *pending], return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    [*waiters, *pending], return_when=asyncio.FIRST_COMPLETED
+                )
                 if any(w in done for w in waiters):
                     break
                 for w in done:  # a worker ends by itself only at the game budget, or by raising
@@ -211,10 +236,16 @@ class SelfPlay:
             log.info(
                 "games/s %.2f  positions/s %.1f  sims/s %.0f  evals/s %.0f  in flight %d  loop lag %.1f ms  "
                 "games %d  latest v%d  W/D/L %d/%d/%d",
-                (s.games - last[1]) / dt, (s.positions - last[2]) / dt, (s.simulations - last[3]) / dt,
-                (s.evaluations - last[4]) / dt, self.client.pending_rows(), s.loop_lag_ms,
-                s.games, self.client.latest_version, s.results[1], s.results[0], s.results[-1],
+                (s.games - last[1]) / dt,
+                (s.positions - last[2]) / dt,
+                (s.simulations - last[3]) / dt,
+                (s.evaluations - last[4]) / dt,
+                self.client.pending_rows(),
+                s.loop_lag_ms,
+                s.games,
+                self.client.latest_version,
+                s.results[1],
+                s.results[0],
+                s.results[-1],
             )
             last = (now, s.games, s.positions, s.simulations, s.evaluations)
-
-

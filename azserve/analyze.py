@@ -34,7 +34,9 @@ def parse_line(line: str, agent: Agent, game_name: str) -> tuple[Any, Any]:
     if game != game_name:
         raise ValueError(f"unknown game {game!r}: this engine's checkpoint plays {game_name!r}")
     moves = obj.get("moves", [])
-    if not isinstance(moves, list) or not all(isinstance(m, int) and not isinstance(m, bool) for m in moves):
+    if not isinstance(moves, list) or not all(
+        isinstance(m, int) and not isinstance(m, bool) for m in moves
+    ):
         raise ValueError("moves must be a list of zero-based integers")
     state = agent.game.from_moves(moves)
     if agent.game.is_terminal(state):
@@ -50,7 +52,9 @@ def _line_id(line: str) -> Any:
     return obj.get("id") if isinstance(obj, dict) else None
 
 
-def analyze_lines(lines: list[str], agent: Agent, game_name: str, sims: int) -> list[dict[str, Any]]:
+def analyze_lines(
+    lines: list[str], agent: Agent, game_name: str, sims: int
+) -> list[dict[str, Any]]:
     """Analyse a chunk of input lines; one output object per line, in order."""
     out: list[dict[str, Any] | None] = [None] * len(lines)
     good: list[tuple[int, Any, Any]] = []
@@ -63,8 +67,12 @@ def analyze_lines(lines: list[str], agent: Agent, game_name: str, sims: int) -> 
     if good:
         results = agent.analyze_sync([s for _, _, s in good], sims)
         for (i, rid, _), a in zip(good, results):
-            row: dict[str, Any] = {"id": rid, "policy": [round(float(p), 6) for p in a.policy],
-                                   "value": round(a.value, 6), "move": a.move}
+            row: dict[str, Any] = {
+                "id": rid,
+                "policy": [round(float(p), 6) for p in a.policy],
+                "value": round(a.value, 6),
+                "move": a.move,
+            }
             if a.visits is not None:
                 row["visits"] = [int(v) for v in a.visits]
             out[i] = row

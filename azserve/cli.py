@@ -63,10 +63,14 @@ def _run_keys(args: argparse.Namespace) -> int:
 
     for path in create_keys(args.dir, args.names):
         print(path)
-    print(f"server: auth.server_secret_key={Path(args.dir) / 'server.key_secret'} "
-          f"auth.client_keys_dir={Path(args.dir) / 'authorized'}")
-    print(f"clients: auth.server_public_key={Path(args.dir) / 'server.key'} "
-          f"auth.client_secret_key={Path(args.dir) / '<name>.key_secret'}")
+    print(
+        f"server: auth.server_secret_key={Path(args.dir) / 'server.key_secret'} "
+        f"auth.client_keys_dir={Path(args.dir) / 'authorized'}"
+    )
+    print(
+        f"clients: auth.server_public_key={Path(args.dir) / 'server.key'} "
+        f"auth.client_secret_key={Path(args.dir) / '<name>.key_secret'}"
+    )
     return 0
 
 

@@ -89,7 +89,9 @@ class EvalClient:
         self._ids = itertools.count(1)
         # Leaves of this tick, by (version, position shape, dtype): only alike arrays share a
         # message, so one caller's malformed input cannot break its neighbours' requests.
-        self._pending: dict[tuple[int, tuple[int, ...], str], list[tuple[np.ndarray, asyncio.Future[Any], bool]]] = {}
+        self._pending: dict[
+            tuple[int, tuple[int, ...], str], list[tuple[np.ndarray, asyncio.Future[Any], bool]]
+        ] = {}
         self._flush_scheduled = False
         self._inflight: dict[int, _InFlight] = {}
         self._control: dict[int, asyncio.Future[Any]] = {}
@@ -136,7 +138,9 @@ class EvalClient:
                 except RequestTimeout:
                     if time.monotonic() >= deadline:
                         await self.aclose()
-                        raise RequestTimeout(f"no server answered at {self.cfg.server} in {timeout_s:.0f} s") from None
+                        raise RequestTimeout(
+                            f"no server answered at {self.cfg.server} in {timeout_s:.0f} s"
+                        ) from None
 
     async def __aenter__(self) -> EvalClient:
         await self.start()
@@ -153,7 +157,11 @@ class EvalClient:
         self._state = "closed"
         if self._pins and self._sock is not None:
             with contextlib.suppress(zmq.ZMQError):
-                self._send_nowait(P.PinUpdate(id=0, model=self.cfg.model, client=self.client_id, pins={}, lease_s=0.0))
+                self._send_nowait(
+                    P.PinUpdate(
+                        id=0, model=self.cfg.model, client=self.client_id, pins={}, lease_s=0.0
+                    )
+                )
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -187,7 +195,9 @@ class EvalClient:
         assert self._loop is not None
         fut: asyncio.Future[Any] = self._loop.create_future()
         single = obs.ndim == 3
-        self._pending.setdefault((version, obs.shape[-3:], obs.dtype.str), []).append((obs, fut, single))
+        self._pending.setdefault((version, obs.shape[-3:], obs.dtype.str), []).append(
+            (obs, fut, single)
+        )
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -212,7 +222,9 @@ class EvalClient:
             if chunk:
                 self._send_chunk(version, chunk, now)
 
-    def _send_chunk(self, version: int, chunk: list[tuple[np.ndarray, asyncio.Future[Any], bool]], now: float) -> None:
+    def _send_chunk(
+        self, version: int, chunk: list[tuple[np.ndarray, asyncio.Future[Any], bool]], now: float
+    ) -> None:
         arrays = [o[None] if single else o for o, _, single in chunk]
         obs = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
         rid = next(self._ids)
@@ -241,7 +253,9 @@ class EvalClient:
         msg = P.LoadWeights(model=self.cfg.model, version=version, sha256=checksum(blob))
         return await self._call(msg, timeout_s, [np.frombuffer(blob, np.uint8)])
 
-    async def _call(self, msg: P.Message, timeout_s: float, arrays: list[np.ndarray] | None = None) -> Any:
+    async def _call(
+        self, msg: P.Message, timeout_s: float, arrays: list[np.ndarray] | None = None
+    ) -> Any:
         if self._state != "running":
             raise ServerClosed(f"EvalClient is {self._state}")
         assert self._loop is not None
@@ -253,7 +267,9 @@ class EvalClient:
         try:
             return await asyncio.wait_for(fut, timeout_s)
         except TimeoutError:
-            raise RequestTimeout(f"{type(msg).__name__} got no reply from {self.cfg.server} in {timeout_s:g} s") from None
+            raise RequestTimeout(
+                f"{type(msg).__name__} got no reply from {self.cfg.server} in {timeout_s:g} s"
+            ) from None
         finally:
             self._control.pop(rid, None)
 
@@ -287,7 +303,13 @@ class EvalClient:
         self._pins_dirty = False
         if self._state == "running":
             self._send_nowait(
-                P.PinUpdate(id=0, model=self.cfg.model, client=self.client_id, pins=dict(self._pins), lease_s=self.cfg.lease_s)
+                P.PinUpdate(
+                    id=0,
+                    model=self.cfg.model,
+                    client=self.client_id,
+                    pins=dict(self._pins),
+                    lease_s=self.cfg.lease_s,
+                )
             )
 
     # --- socket --------------------------------------------------------------------------------
@@ -344,7 +366,11 @@ class EvalClient:
                 log.warning("server error not tied to a request: %s", err)
             return
         if isinstance(msg, P.Pong):
-            self.latest_version = max(self.latest_version, msg.latest) if self.server_id == msg.server_id else msg.latest
+            self.latest_version = (
+                max(self.latest_version, msg.latest)
+                if self.server_id == msg.server_id
+                else msg.latest
+            )
             self._on_server_id(msg.server_id)
         fut = self._control.get(rid) if rid is not None else None
         if fut is not None and not fut.done():
@@ -354,7 +380,12 @@ class EvalClient:
         if self.server_id is not None and server_id != self.server_id:
             # The server restarted: whatever it had queued is gone. Resend now, and re-pin.
             self.stats.server_restarts += 1
-            log.warning("server restarted (%s -> %s); resending %d requests", self.server_id, server_id, len(self._inflight))
+            log.warning(
+                "server restarted (%s -> %s); resending %d requests",
+                self.server_id,
+                server_id,
+                len(self._inflight),
+            )
             self._resend(time.monotonic(), lambda inf: True)
             self._send_pins()
         self.server_id = server_id
@@ -383,7 +414,9 @@ class EvalClient:
         for rid, inf in list(self._inflight.items()):
             if now - inf.first_sent >= self.cfg.request_timeout_s:
                 del self._inflight[rid]
-                err = RequestTimeout(f"no reply from {self.cfg.server} in {self.cfg.request_timeout_s:g} s after {inf.attempts} attempt(s)")
+                err = RequestTimeout(
+                    f"no reply from {self.cfg.server} in {self.cfg.request_timeout_s:g} s after {inf.attempts} attempt(s)"
+                )
                 for fut, _, _ in inf.futures:
                     _fail(fut, err)
             elif due(inf):
@@ -394,7 +427,9 @@ class EvalClient:
 
     def pending_rows(self) -> int:
         """Rows sent and not yet answered."""
-        return sum(sum(1 if n < 0 else n for _, _, n in inf.futures) for inf in self._inflight.values())
+        return sum(
+            sum(1 if n < 0 else n for _, _, n in inf.futures) for inf in self._inflight.values()
+        )
 
 
 def _fail(fut: asyncio.Future[Any], err: BaseException) -> None:
@@ -415,7 +450,13 @@ def _log_send_error(fut: asyncio.Future[Any]) -> None:
 class SyncClient:
     """Blocking client for standalone use: ``SyncClient("tcp://127.0.0.1:5555").evaluate(obs)``."""
 
-    def __init__(self, server: str, model: str = "default", timeout_s: float = 30.0, auth: AuthConfig | None = None) -> None:
+    def __init__(
+        self,
+        server: str,
+        model: str = "default",
+        timeout_s: float = 30.0,
+        auth: AuthConfig | None = None,
+    ) -> None:
         self.model = model
         self.timeout_ms = int(timeout_s * 1000)
         self._ids = itertools.count(1)
@@ -445,7 +486,9 @@ class SyncClient:
         msg = P.LoadWeights(model=self.model, version=version, sha256=checksum(blob))
         return self._call(msg, [np.frombuffer(blob, np.uint8)])[0]
 
-    def _call(self, msg: P.Message, arrays: list[np.ndarray] | None = None) -> tuple[Any, list[np.ndarray]]:
+    def _call(
+        self, msg: P.Message, arrays: list[np.ndarray] | None = None
+    ) -> tuple[Any, list[np.ndarray]]:
         rid = next(self._ids)
         msg.id = rid
         self._sock.send_multipart(P.encode(msg, arrays or []), copy=False)
@@ -453,7 +496,9 @@ class SyncClient:
         while True:
             left = int((deadline - time.monotonic()) * 1000)
             if left <= 0 or not self._sock.poll(left):
-                raise RequestTimeout(f"{type(msg).__name__} got no reply from {self.server} in {self.timeout_ms} ms")
+                raise RequestTimeout(
+                    f"{type(msg).__name__} got no reply from {self.server} in {self.timeout_ms} ms"
+                )
             reply, out = P.decode(self._sock.recv_multipart())
             if reply.id != rid:
                 continue  # a late reply to an earlier, timed-out call

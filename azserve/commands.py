@@ -21,7 +21,9 @@ def register(sub: Any, common: Common) -> None:
     p = sub.add_parser("learn", help="learner process")
     common(p)
     p.add_argument("--run-dir", required=True, help="checkpoints, metrics.jsonl and config go here")
-    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in RUN_DIR")
+    p.add_argument(
+        "--resume", action="store_true", help="continue from the last checkpoint in RUN_DIR"
+    )
     p.set_defaults(run=_learn)
 
     p = sub.add_parser("train", help="server, actors and learner on this machine")
@@ -31,7 +33,9 @@ def register(sub: Any, common: Common) -> None:
     p.add_argument("--minutes", type=float, help="time budget (overrides train.minutes)")
     p.add_argument("--steps", type=int, help="learner step budget (overrides train.steps)")
     p.add_argument("--games", type=int, help="self-play game budget (overrides train.games)")
-    p.add_argument("--no-progress", action="store_true", help="plain log lines instead of the live table")
+    p.add_argument(
+        "--no-progress", action="store_true", help="plain log lines instead of the live table"
+    )
     p.set_defaults(run=_train)
 
     p = sub.add_parser("analyze", help="JSON-lines analysis engine (stdin -> stdout)")
@@ -57,8 +61,12 @@ def register(sub: Any, common: Common) -> None:
     p = sub.add_parser("launch", help="run server, actors and learner across hosts (ssh)")
     common(p)
     p.add_argument("--hosts", required=True, help="hosts file (TOML) naming each host's role")
-    p.add_argument("--run-dir", help="the learner's run directory on its host (default runs/launch-GAME)")
-    p.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
+    p.add_argument(
+        "--run-dir", help="the learner's run directory on its host (default runs/launch-GAME)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the commands instead of running them"
+    )
     p.set_defaults(run=_launch)
 
 

@@ -147,8 +147,13 @@ def run_launch(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     order = sorted(procs_plan, key=lambda p: ROLES.index(p[1].split("-")[0]))
     for h, role, argv, text in order:
-        proc = subprocess.Popen(remote_command(h, role, argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            remote_command(h, role, argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         assert proc.stdin is not None
         proc.stdin.write(text.encode())
         proc.stdin.close()

@@ -24,7 +24,11 @@ class Counter:
         self.value += n
 
     def render(self) -> list[str]:
-        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter", f"{self.name} {self.value:g}"]
+        return [
+            f"# HELP {self.name} {self.help}",
+            f"# TYPE {self.name} counter",
+            f"{self.name} {self.value:g}",
+        ]
 
 
 class Gauge:
@@ -34,7 +38,11 @@ class Gauge:
         self.name, self.help, self.read = name, help_, read
 
     def render(self) -> list[str]:
-        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} gauge", f"{self.name} {self.read():g}"]
+        return [
+            f"# HELP {self.name} {self.help}",
+            f"# TYPE {self.name} gauge",
+            f"{self.name} {self.read():g}",
+        ]
 
 
 class Histogram:
@@ -149,7 +157,12 @@ async def serve_metrics(host: str, port: int, render: Callable[[], str]) -> asyn
                 + body
             )
             await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            TimeoutError,
+            ConnectionError,
+        ):
             pass  # a scraper that hung up or sent junk; nothing to answer
         finally:
             writer.close()

@@ -16,8 +16,10 @@ def run_play(args: argparse.Namespace) -> int:
     sims = cfg.eval.sims if args.sims is None else args.sims
     human = 0 if args.first == "human" else 1
     state = game.initial_state()
-    print(f"{cfg.game}: you are {'first' if human == 0 else 'second'}; moves are zero-based "
-          f"({'cells 0-8, row-major' if cfg.game == 'tictactoe' else 'columns 0-6, left to right'}); q quits.")
+    print(
+        f"{cfg.game}: you are {'first' if human == 0 else 'second'}; moves are zero-based "
+        f"({'cells 0-8, row-major' if cfg.game == 'tictactoe' else 'columns 0-6, left to right'}); q quits."
+    )
     while not game.is_terminal(state):
         print("\n" + game.render(state))
         if game.to_play(state) == human:
@@ -37,8 +39,10 @@ def run_play(args: argparse.Namespace) -> int:
             continue
         (a,) = agent.analyze_sync([state], sims)
         top = sorted(range(len(a.policy)), key=lambda i: -a.policy[i])[:3]
-        print(f"agent plays {game.format_move(a.move)}  (value for agent {a.value:+.2f}; "
-              f"prior {', '.join(f'{game.format_move(i)}:{a.policy[i]:.2f}' for i in top)})")
+        print(
+            f"agent plays {game.format_move(a.move)}  (value for agent {a.value:+.2f}; "
+            f"prior {', '.join(f'{game.format_move(i)}:{a.policy[i]:.2f}' for i in top)})"
+        )
         state = game.apply(state, a.move)
     print("\n" + game.render(state))
     tv = game.terminal_value(state)

@@ -22,7 +22,17 @@ PROTOCOL_VERSION = 1
 
 DTYPES: dict[str, np.dtype] = {
     name: np.dtype(name).newbyteorder("<")
-    for name in ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "bool")
+    for name in (
+        "uint8",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "float16",
+        "float32",
+        "float64",
+        "bool",
+    )
 }
 """Dtypes allowed in array frames, by wire name (numpy names, little-endian)."""
 
@@ -242,7 +252,9 @@ def decode(frames: Sequence[Frame]) -> tuple[Message, list[np.ndarray]]:
 def _to_array(spec: ArraySpec, buf: Frame, index: int) -> np.ndarray:
     dtype = DTYPES.get(spec.dtype)
     if dtype is None:
-        raise ProtocolError(f"arrays[{index}]: unknown dtype {spec.dtype!r} (allowed: {sorted(DTYPES)})")
+        raise ProtocolError(
+            f"arrays[{index}]: unknown dtype {spec.dtype!r} (allowed: {sorted(DTYPES)})"
+        )
     if any(d < 0 for d in spec.shape):
         raise ProtocolError(f"arrays[{index}]: negative dimension in shape {spec.shape}")
     # Python ints: an absurd declared shape cannot overflow, it just fails to match.

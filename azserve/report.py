@@ -18,7 +18,11 @@ def write_report(run_dir: str | Path) -> Path:
     rows = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
     evals = []
     if (run_dir / "eval.jsonl").exists():
-        evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines() if line.strip()]
+        evals = [
+            json.loads(line)
+            for line in (run_dir / "eval.jsonl").read_text().splitlines()
+            if line.strip()
+        ]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     ax = axes[0]
     if rows:
@@ -35,7 +39,8 @@ def write_report(run_dir: str | Path) -> Path:
         t0 = rows[0]["time"]
         ts = [(r["time"] - t0) / 60 for r in rows]
         pos_rate = [0.0] + [
-            (b["positions"] - a["positions"]) / max(b["time"] - a["time"], 1e-9) for a, b in zip(rows, rows[1:])
+            (b["positions"] - a["positions"]) / max(b["time"] - a["time"], 1e-9)
+            for a, b in zip(rows, rows[1:])
         ]
         samples = [r.get("sample_rate", 0.0) for r in rows]
         ax.plot(ts, pos_rate, label="self-play positions/s")

@@ -132,7 +132,9 @@ class InferenceServer:
         self.m_batches = r.counter("azserve_batches_total", "Batches run")
         self.m_errors = r.counter("azserve_error_replies_total", "Error replies sent")
         self.m_dropped = r.counter("azserve_dropped_total", "Messages dropped (unattributable)")
-        self.m_busy = r.counter("azserve_compute_busy_seconds_total", "Seconds with a batch computing")
+        self.m_busy = r.counter(
+            "azserve_compute_busy_seconds_total", "Seconds with a batch computing"
+        )
         self.m_swaps = r.counter("azserve_weight_loads_total", "Weight versions loaded")
         self.m_batch = r.histogram(
             "azserve_batch_size", "Rows per batch", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
@@ -161,7 +163,9 @@ class InferenceServer:
             "rows": int(self.m_rows.value),
             "batches": int(self.m_batches.value),
             "mean_batch": self.m_batch.mean(),
-            "batch_hist": dict(zip([str(b) for b in self.m_batch.bounds] + ["inf"], self.m_batch.counts)),
+            "batch_hist": dict(
+                zip([str(b) for b in self.m_batch.bounds] + ["inf"], self.m_batch.counts)
+            ),
             "errors": int(self.m_errors.value),
             "dropped": int(self.m_dropped.value),
             "busy_s": busy,
@@ -208,7 +212,12 @@ class InferenceServer:
                 self.cfg.metrics_host, self.cfg.metrics_port, self.registry.render
             )
         self._state = "serving"
-        log.info("serving model %r on %s (latest version %d)", self.cfg.model, self.endpoint, self.versions.latest)
+        log.info(
+            "serving model %r on %s (latest version %d)",
+            self.cfg.model,
+            self.endpoint,
+            self.versions.latest,
+        )
 
     async def _load_initial(self, initial: dict[str, Any]) -> None:
         from azserve.weights import state_dict_to_bytes
@@ -294,15 +303,22 @@ class InferenceServer:
             # Every request carries ``proto``; replies sent to the server do not (they fail below).
             proto = getattr(msg, "proto", P.PROTOCOL_VERSION)
             if proto != P.PROTOCOL_VERSION:
-                raise _Bad("UnsupportedProtocol", f"proto {proto} (server speaks {P.PROTOCOL_VERSION})")
+                raise _Bad(
+                    "UnsupportedProtocol", f"proto {proto} (server speaks {P.PROTOCOL_VERSION})"
+                )
             if isinstance(msg, P.EvalRequest):
                 self._on_eval(envelope, msg, arrays)
             elif isinstance(msg, P.Ping):
-                self._send(envelope, P.Pong(id=msg.id, latest=self.versions.latest, server_id=self.server_id))
+                self._send(
+                    envelope,
+                    P.Pong(id=msg.id, latest=self.versions.latest, server_id=self.server_id),
+                )
             elif isinstance(msg, P.PinUpdate):
                 self._check_model(msg.model)
                 if not 0.0 <= msg.lease_s <= MAX_LEASE_S:  # also refuses NaN
-                    raise _Bad("BadRequest", f"lease_s must be in [0, {MAX_LEASE_S:g}], got {msg.lease_s}")
+                    raise _Bad(
+                        "BadRequest", f"lease_s must be in [0, {MAX_LEASE_S:g}], got {msg.lease_s}"
+                    )
                 self.versions.update_lease(msg.client, msg.pins, msg.lease_s, time.monotonic())
                 self._send(envelope, P.PinAck(id=msg.id, versions=self.versions.resident()))
             elif isinstance(msg, P.StatusRequest):
@@ -310,13 +326,17 @@ class InferenceServer:
             elif isinstance(msg, P.LoadWeights):
                 self._on_load(envelope, msg, arrays)
             else:
-                raise _Bad("BadRequest", f"op {type(msg).__name__} is not a request this server takes")
+                raise _Bad(
+                    "BadRequest", f"op {type(msg).__name__} is not a request this server takes"
+                )
         except (RemoteError, _Bad) as exc:
             self._send_error(envelope, msg.id, exc.type, exc.message)
 
     def _check_model(self, model: str) -> None:
         if model != self.cfg.model:
-            raise _Bad("UnknownModel", f"unknown model {model!r}; this server serves {self.cfg.model!r}")
+            raise _Bad(
+                "UnknownModel", f"unknown model {model!r}; this server serves {self.cfg.model!r}"
+            )
 
     def _on_eval(self, envelope: list[bytes], msg: P.EvalRequest, arrays: list[np.ndarray]) -> None:
         self._check_model(msg.model)
@@ -325,21 +345,30 @@ class InferenceServer:
         obs = arrays[0]
         want = self.net.obs_shape
         if obs.ndim != 4 or tuple(obs.shape[1:]) != want:
-            raise _Bad("BadShape", f"obs shape {list(obs.shape)} must be [rows, {', '.join(map(str, want))}]")
+            raise _Bad(
+                "BadShape",
+                f"obs shape {list(obs.shape)} must be [rows, {', '.join(map(str, want))}]",
+            )
         if obs.dtype not in (np.uint8, np.float32):
             raise _Bad("BadDtype", f"obs dtype {obs.dtype.name} must be uint8 or float32")
         rows = obs.shape[0]
         if rows < 1 or rows > self.cfg.max_batch_size:
-            raise _Bad("TooManyRows", f"{rows} rows; a request carries 1..{self.cfg.max_batch_size}")
+            raise _Bad(
+                "TooManyRows", f"{rows} rows; a request carries 1..{self.cfg.max_batch_size}"
+            )
         if self._state != "serving":
             raise _Bad("ServerClosed", "server is shutting down")
         if self._queued_rows + rows > self.cfg.max_queued_rows:
-            raise Overloaded("Overloaded", f"{self._queued_rows} rows queued (limit {self.cfg.max_queued_rows})")
+            raise Overloaded(
+                "Overloaded", f"{self._queued_rows} rows queued (limit {self.cfg.max_queued_rows})"
+            )
         version = self.versions.resolve(msg.version)
         now = time.monotonic()
         q = self._queues.get(version)
         if q is None:
-            q = self._queues[version] = BatchQueue(self.cfg.max_batch_size, self.cfg.max_queue_delay_us)
+            q = self._queues[version] = BatchQueue(
+                self.cfg.max_batch_size, self.cfg.max_queue_delay_us
+            )
         q.put(_Pending(envelope, msg.id, obs, now), rows, now)
         self._queued_rows += rows
         self._arrived.set()
@@ -354,7 +383,9 @@ class InferenceServer:
             items, rows = q.take()
             self._queued_rows -= rows
             self._computing[version] = self._computing.get(version, 0) + 1
-            task = asyncio.create_task(self._run_batch(version, items, rows, slots), name=f"batch-v{version}")
+            task = asyncio.create_task(
+                self._run_batch(version, items, rows, slots), name=f"batch-v{version}"
+            )
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
 
@@ -380,8 +411,10 @@ class InferenceServer:
         buf = None
         try:
             buf = self._take_buffer(items)
-            obs = np.concatenate([p.obs for p in items], out=buf[:rows]) if buf is not None else (
-                np.concatenate([p.obs for p in items])
+            obs = (
+                np.concatenate([p.obs for p in items], out=buf[:rows])
+                if buf is not None
+                else (np.concatenate([p.obs for p in items]))
             )
             for p in items:
                 self.m_qdelay.observe((t_start - p.t_recv) * 1e3)
@@ -457,7 +490,9 @@ class InferenceServer:
     def _on_load(self, envelope: list[bytes], msg: P.LoadWeights, arrays: list[np.ndarray]) -> None:
         self._check_model(msg.model)
         if len(arrays) != 1 or arrays[0].dtype != np.uint8 or arrays[0].ndim != 1:
-            raise _Bad("BadRequest", "load takes exactly 1 array: the safetensors blob as uint8 [nbytes]")
+            raise _Bad(
+                "BadRequest", "load takes exactly 1 array: the safetensors blob as uint8 [nbytes]"
+            )
         if msg.version < 0:
             raise _Bad("BadRequest", f"version must be >= 0, got {msg.version}")
         self._spawn(self._load(envelope, msg, arrays[0].tobytes()), f"load-v{msg.version}")
@@ -476,7 +511,9 @@ class InferenceServer:
                     raise _Bad("BadWeights", f"the concurrent load of version {v} failed")
             elif v not in self.versions:
                 if v < self.versions.latest:
-                    raise _Bad("BadVersion", f"version {v} is older than the latest {self.versions.latest}")
+                    raise _Bad(
+                        "BadVersion", f"version {v} is older than the latest {self.versions.latest}"
+                    )
                 await self._load_new(v, blob)
         except WeightsError as exc:
             self._send_error(envelope, msg.id, "BadWeights", str(exc))
@@ -485,13 +522,20 @@ class InferenceServer:
             self._send_error(envelope, msg.id, exc.type, exc.message)
             return
         load_ms = (time.monotonic() - t0) * 1e3
-        self._send(envelope, P.Loaded(id=msg.id, model=msg.model, version=v, latest=self.versions.latest, load_ms=load_ms))
+        self._send(
+            envelope,
+            P.Loaded(
+                id=msg.id, model=msg.model, version=v, latest=self.versions.latest, load_ms=load_ms
+            ),
+        )
 
     async def _load_new(self, v: int, blob: bytes) -> None:
         t0 = time.monotonic()
         done = self._loading[v] = asyncio.Event()
         try:
-            for old in self.versions.check_admit(len(blob), time.monotonic(), self._busy_versions()):
+            for old in self.versions.check_admit(
+                len(blob), time.monotonic(), self._busy_versions()
+            ):
                 await self._unload(old)
             await self.backend.load(v, blob)
             self.versions.add(v, self.backend.version_bytes(v), time.monotonic())
@@ -499,11 +543,18 @@ class InferenceServer:
         finally:
             del self._loading[v]
             done.set()
-        log.info("version %d live in %.0f ms (resident %s)", v, (time.monotonic() - t0) * 1e3, self.versions.resident())
+        log.info(
+            "version %d live in %.0f ms (resident %s)",
+            v,
+            (time.monotonic() - t0) * 1e3,
+            self.versions.resident(),
+        )
 
     def _busy_versions(self) -> set[int]:
         """Versions with queued requests or a batch computing: never evicted."""
-        return {v for v, q in self._queues.items() if len(q)} | {v for v, n in self._computing.items() if n}
+        return {v for v, q in self._queues.items() if len(q)} | {
+            v for v, n in self._computing.items() if n
+        }
 
     async def _unload(self, version: int) -> None:
         self.versions.remove(version)
@@ -511,7 +562,9 @@ class InferenceServer:
         if q is not None:
             self._queued_rows -= q.rows
             for p in q.drain():
-                self._send_error(p.envelope, p.id, "VersionUnavailable", f"version {version} was retired")
+                self._send_error(
+                    p.envelope, p.id, "VersionUnavailable", f"version {version} was retired"
+                )
         await self.backend.unload(version)
         log.info("version %d retired", version)
 
@@ -545,7 +598,9 @@ class InferenceServer:
 
     # --- send ----------------------------------------------------------------------------------
 
-    def _send(self, envelope: list[bytes], msg: P.Message, arrays: tuple[np.ndarray, ...] = ()) -> None:
+    def _send(
+        self, envelope: list[bytes], msg: P.Message, arrays: tuple[np.ndarray, ...] = ()
+    ) -> None:
         if self._sock is None or self._sock.closed:
             return
         # ROUTER sends never block (an unroutable peer is dropped), so the future completes at once.

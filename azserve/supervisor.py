@@ -28,7 +28,11 @@ class Child:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, stdin=subprocess.DEVNULL,
+            self.argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops children in order
         )
         log.close()

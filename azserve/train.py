@@ -63,7 +63,11 @@ def resolve_for_run(cfg: Config, sock_dir: Path) -> Config:
     handed to the learner (which stops exactly there; the supervisor only sees logged rows)."""
     server_ep = f"ipc://{sock_dir}/server"
     learner_ep = f"ipc://{sock_dir}/learner"
-    learner: dict[str, Any] = {"bind": learner_ep, "servers": (server_ep,), "threads": cfg.train.learner_threads}
+    learner: dict[str, Any] = {
+        "bind": learner_ep,
+        "servers": (server_ep,),
+        "threads": cfg.train.learner_threads,
+    }
     if cfg.train.steps:
         learner["max_steps"] = cfg.train.steps
     return replace(
@@ -104,13 +108,28 @@ class Training:
         ckpt = latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir) if self.resume else None
         if ckpt is not None:
             # Serve the resumed weights from the start, so no game begins on random weights.
-            serve += ["--checkpoint", str(ckpt), "--version", str(load_checkpoint(ckpt).meta.version)]
+            serve += [
+                "--checkpoint",
+                str(ckpt),
+                "--version",
+                str(load_checkpoint(ckpt).meta.version),
+            ]
         learn = ["learn", "--config", str(cfg_path), "--run-dir", str(self.run_dir)]
         if self.resume:
             learn.append("--resume")
         self.children = [
-            Child("server", azserve_argv(*serve), logs / "server.log", child_env(self.cfg.train.server_threads)),
-            Child("learner", azserve_argv(*learn), logs / "learner.log", child_env(self.cfg.train.learner_threads)),
+            Child(
+                "server",
+                azserve_argv(*serve),
+                logs / "server.log",
+                child_env(self.cfg.train.server_threads),
+            ),
+            Child(
+                "learner",
+                azserve_argv(*learn),
+                logs / "learner.log",
+                child_env(self.cfg.train.learner_threads),
+            ),
         ]
         for i in range(self.cfg.actors.processes):
             argv = azserve_argv("actors", "--config", str(cfg_path), "--id", f"actor-{i}")
@@ -120,14 +139,21 @@ class Training:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if not self.resume and self._holds_run():
             shutil.rmtree(self.sock_dir, ignore_errors=True)
-            raise AzserveError(f"{self.run_dir} already holds a run: pass --resume to continue it, or pick a new --run-dir")
+            raise AzserveError(
+                f"{self.run_dir} already holds a run: pass --resume to continue it, or pick a new --run-dir"
+            )
         self._build_children()
         # server first (actors wait for it), then the learner, then the actors
         for child in self.children:
             child.start()
-        print(f"azserve train: {self.cfg.game}, run dir {self.run_dir}, logs in {self.run_dir / 'logs'}", flush=True)
+        print(
+            f"azserve train: {self.cfg.game}, run dir {self.run_dir}, logs in {self.run_dir / 'logs'}",
+            flush=True,
+        )
         interrupted = False
-        previous = signal.signal(signal.SIGINT, lambda *_: self._request_stop("interrupted (Ctrl-C)"))
+        previous = signal.signal(
+            signal.SIGINT, lambda *_: self._request_stop("interrupted (Ctrl-C)")
+        )
         previous_term = signal.signal(signal.SIGTERM, lambda *_: self._request_stop("terminated"))
         code = 0
         try:
@@ -148,7 +174,10 @@ class Training:
     def _holds_run(self) -> bool:
         """Whether ``run_dir`` has outputs of an earlier run (config, metrics or checkpoints)."""
         earlier = [self.run_dir / "config.toml", self.run_dir / "metrics.jsonl"]
-        return any(p.exists() for p in earlier) or latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir) is not None
+        return (
+            any(p.exists() for p in earlier)
+            or latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir) is not None
+        )
 
     def _request_stop(self, reason: str) -> None:
         if not self._stop_reason:
@@ -164,9 +193,15 @@ class Training:
                 if code is None:
                     continue
                 if child.name == "learner" and code == 0:
-                    self._request_stop(f"step budget of {t.steps} reached" if t.steps else "learner finished")
+                    self._request_stop(
+                        f"step budget of {t.steps} reached" if t.steps else "learner finished"
+                    )
                     break
-                print(f"\n{child.name} exited with code {code}; last log lines:\n{child.tail()}", file=sys.stderr, flush=True)
+                print(
+                    f"\n{child.name} exited with code {code}; last log lines:\n{child.tail()}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if t.restart_children and child.restarts < t.max_restarts:
                     child.restarts += 1
                     log.warning("restarting %s (%d/%d)", child.name, child.restarts, t.max_restarts)
@@ -226,7 +261,11 @@ class Training:
                 r = rows[-1]
                 s.step, s.version = int(r.get("step", 0)), int(r.get("version", 0))
                 s.games, s.positions = int(r.get("games", 0)), int(r.get("positions", 0))
-                s.loss, s.reuse, s.lag = r.get("loss", s.loss), r.get("reuse", 0.0), r.get("mean_lag", 0.0)
+                s.loss, s.reuse, s.lag = (
+                    r.get("loss", s.loss),
+                    r.get("reuse", 0.0),
+                    r.get("mean_lag", 0.0),
+                )
                 s.learner_busy = r.get("learner_busy", 0.0)
         try:
             with SyncClient(self.cfg.server.bind, self.cfg.server.model, timeout_s=1.0) as c:
@@ -277,7 +316,9 @@ class Training:
         path = found[-1][1]
         previous = found[0][1] if len(found) > 1 else None
         self._evaluated.add(path)
-        self._eval_thread = threading.Thread(target=self._evaluate, args=(path, previous, full), daemon=True)
+        self._eval_thread = threading.Thread(
+            target=self._evaluate, args=(path, previous, full), daemon=True
+        )
         self._eval_thread.start()
 
     def _evaluate(self, path: Path, previous: Path | None, full: bool) -> None:
@@ -293,8 +334,14 @@ class Training:
         except (AzserveError, OSError) as exc:  # e.g. a checkpoint pruned while the run goes on
             log.warning("evaluation of %s skipped: %s", path.name, exc)
             return
-        row = {"time": time.time(), "step": meta.step, "version": meta.version, "full": full,
-               "eval_s": time.monotonic() - t0, **result}
+        row = {
+            "time": time.time(),
+            "step": meta.step,
+            "version": meta.version,
+            "full": full,
+            "eval_s": time.monotonic() - t0,
+            **result,
+        }
         with (self.run_dir / "eval.jsonl").open("a") as f:
             f.write(json.dumps(row) + "\n")
         log.info("eval of step %d (v%d): %s", meta.step, meta.version, json.dumps(result))

@@ -14,7 +14,9 @@ from safetensors.torch import save as st_save
 from azserve.errors import WeightsError
 
 
-def state_dict_to_bytes(state: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
+def state_dict_to_bytes(
+    state: dict[str, torch.Tensor], metadata: dict[str, str] | None = None
+) -> bytes:
     """Serialise a state dict (CPU copies, contiguous) to safetensors bytes."""
     flat = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
     return st_save(flat, metadata=metadata)

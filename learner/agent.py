@@ -70,7 +70,14 @@ class Analysis:
 class Agent:
     """Network + search over one game."""
 
-    def __init__(self, game: Game, net: NetConfig, state: dict[str, torch.Tensor] | None, mcts: MCTSConfig, seed: int = 0) -> None:
+    def __init__(
+        self,
+        game: Game,
+        net: NetConfig,
+        state: dict[str, torch.Tensor] | None,
+        mcts: MCTSConfig,
+        seed: int = 0,
+    ) -> None:
         self.game = game
         model = build_net(net, seed=seed)
         if state is not None:
@@ -82,7 +89,13 @@ class Agent:
                 raise WeightsError(f"weights do not fit the configured net {net}: {exc}") from exc
         self.evaluator = LocalEvaluator(model)
         # Analysis is deterministic: no noise, no temperature, no resignation.
-        self.mcts_cfg = replace(mcts, temperature=0.0, temperature_moves=0, resign_threshold=-2.0, dirichlet_fraction=0.0)
+        self.mcts_cfg = replace(
+            mcts,
+            temperature=0.0,
+            temperature_moves=0,
+            resign_threshold=-2.0,
+            dirichlet_fraction=0.0,
+        )
         self.seed = seed
 
     def policy_value(self, states: list[State]) -> tuple[np.ndarray, np.ndarray]:
@@ -100,9 +113,7 @@ class Agent:
         """Analyse many positions at once (their searches share batches)."""
         policy, values = self.policy_value(states)
         if sims <= 0:
-            return [
-                Analysis(p, float(v), int(np.argmax(p)), None) for p, v in zip(policy, values)
-            ]
+            return [Analysis(p, float(v), int(np.argmax(p)), None) for p, v in zip(policy, values)]
         cfg = replace(self.mcts_cfg, num_simulations=sims)
 
         async def one(i: int, s: State) -> np.ndarray:
@@ -124,7 +135,10 @@ class Agent:
 
 
 def agent_from_checkpoint(
-    path: str, config_path: str | None = None, overrides: list[str] = (), game: str | None = None  # type: ignore[assignment]
+    path: str,
+    config_path: str | None = None,
+    overrides: list[str] = (),
+    game: str | None = None,  # type: ignore[assignment]
 ) -> tuple[Any, Agent]:
     """(Config, Agent) for a checkpoint. A learner checkpoint carries its config; plain weights
     need ``config_path`` or ``game`` (then ``configs/<game>.toml`` is used)."""

@@ -100,7 +100,9 @@ def connect4_mistakes(agent: Agent, path: str, sims: int, limit: int = 0) -> dic
     return out
 
 
-async def _play(game: Game, players: list[Any], rng: np.random.Generator, opening_plies: int) -> float:
+async def _play(
+    game: Game, players: list[Any], rng: np.random.Generator, opening_plies: int
+) -> float:
     """One game; players[i] is (Agent, sims) or None (uniform random); the first
     ``opening_plies`` moves are random so that deterministic agents play varied games.
     Returns the first player's result."""
@@ -120,7 +122,12 @@ async def _play(game: Game, players: list[Any], rng: np.random.Generator, openin
 
 
 def match(
-    agent: Agent, opponent: Agent | None, games: int, sims: int, seed: int = 0, opening_plies: int = 0
+    agent: Agent,
+    opponent: Agent | None,
+    games: int,
+    sims: int,
+    seed: int = 0,
+    opening_plies: int = 0,
 ) -> dict[str, int]:
     """``agent`` against ``opponent`` (None = uniform random), alternating colours; all games
     run concurrently so their searches share batches. Returns agent's wins/draws/losses."""
@@ -137,7 +144,11 @@ def match(
 
     results = asyncio.run(run())
     mine = [r if i % 2 == 0 else -r for i, r in enumerate(results)]
-    return {"win": sum(r > 0 for r in mine), "draw": sum(r == 0 for r in mine), "loss": sum(r < 0 for r in mine)}
+    return {
+        "win": sum(r > 0 for r in mine),
+        "draw": sum(r == 0 for r in mine),
+        "loss": sum(r < 0 for r in mine),
+    }
 
 
 def evaluate_checkpoint(
@@ -152,7 +163,9 @@ def evaluate_checkpoint(
     # Read both files now: during a run, retention may delete ``previous`` (the oldest kept)
     # while the benchmark below computes.
     agent = Agent(game, cfg.net, load_weights_file(path), cfg.mcts)
-    earlier = None if previous is None else Agent(game, cfg.net, load_weights_file(previous), cfg.mcts)
+    earlier = (
+        None if previous is None else Agent(game, cfg.net, load_weights_file(previous), cfg.mcts)
+    )
     sims = cfg.eval.sims if full else 0
     out: dict[str, Any] = {}
     if cfg.game == "tictactoe":
@@ -162,5 +175,7 @@ def evaluate_checkpoint(
     if cfg.eval.match_games:
         out["vs_random"] = match(agent, None, cfg.eval.match_games, cfg.eval.match_sims)
         if earlier is not None:
-            out["vs_previous"] = match(agent, earlier, cfg.eval.match_games, cfg.eval.match_sims, opening_plies=2)
+            out["vs_previous"] = match(
+                agent, earlier, cfg.eval.match_games, cfg.eval.match_sims, opening_plies=2
+            )
     return out

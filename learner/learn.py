@@ -82,10 +82,16 @@ class Learner:
         self.replay = Replay(cfg.replay, cfg.net.obs_shape, cfg.net.num_actions)
         self.replay.set_current_version(self.trainer.version)
         self.receiver = TrajectoryReceiver(
-            ReceiverConfig(endpoint=cfg.learner.bind), cfg.net.obs_shape, cfg.net.num_actions,
-            self._on_trajectory, game=cfg.game, auth=cfg.auth,
+            ReceiverConfig(endpoint=cfg.learner.bind),
+            cfg.net.obs_shape,
+            cfg.net.num_actions,
+            self._on_trajectory,
+            game=cfg.game,
+            auth=cfg.auth,
         )
-        self.publisher = Publisher(list(cfg.learner.servers), cfg.server.model, cfg.auth, cfg.learner.publish_timeout_s)
+        self.publisher = Publisher(
+            list(cfg.learner.servers), cfg.server.model, cfg.auth, cfg.learner.publish_timeout_s
+        )
         self.runlog = RunLog(self.run_dir)
         self._data = asyncio.Event()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="learner-step")
@@ -104,9 +110,16 @@ class Learner:
         # Totals continue across restarts (train.games budgets and metrics rows count them).
         self.games = int(ckpt.meta.extra.get("games", 0))
         self.positions = int(ckpt.meta.extra.get("positions", 0))
-        log.info("resumed from %s: step %d, version %d", path, self.trainer.step_count, self.trainer.version)
+        log.info(
+            "resumed from %s: step %d, version %d",
+            path,
+            self.trainer.step_count,
+            self.trainer.version,
+        )
 
-    def _on_trajectory(self, msg: Any, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray) -> None:
+    def _on_trajectory(
+        self, msg: Any, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray
+    ) -> None:
         self.replay.insert(obs, policy, outcome, msg.version)
         self.games += 1
         self.positions += len(outcome)
@@ -141,7 +154,10 @@ class Learner:
                 # Actor-bound: wait for fresh data rather than overtrain the window.
                 t0 = time.monotonic()
                 self._data.clear()
-                waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._data.wait())]
+                waiters = [
+                    asyncio.ensure_future(stop.wait()),
+                    asyncio.ensure_future(self._data.wait()),
+                ]
                 await asyncio.wait(waiters, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
                 for w in waiters:
                     w.cancel()
@@ -169,13 +185,24 @@ class Learner:
         acks = await self.publisher.publish(self.trainer.version, blob)
         ms = (time.monotonic() - t0) * 1e3
         self.publish_ms.append(ms)
-        log.info("published v%d to %d/%d servers in %.0f ms", self.trainer.version, len(acks), len(self.publisher.servers), ms)
+        log.info(
+            "published v%d to %d/%d servers in %.0f ms",
+            self.trainer.version,
+            len(acks),
+            len(self.publisher.servers),
+            ms,
+        )
 
     def _checkpoint(self) -> Path:
         state = {**self.trainer.state_dict(), "games": self.games, "positions": self.positions}
         return save_checkpoint(
-            self.ckpt_dir, self.trainer.step_count, self.trainer.version, state,
-            to_dict(self.cfg), keep_last=self.cfg.checkpoint.keep_last, keep_every=self.cfg.checkpoint.keep_every,
+            self.ckpt_dir,
+            self.trainer.step_count,
+            self.trainer.version,
+            state,
+            to_dict(self.cfg),
+            keep_last=self.cfg.checkpoint.keep_last,
+            keep_every=self.cfg.checkpoint.keep_every,
         )
 
     def checkpoint_now(self) -> Path:
@@ -220,13 +247,23 @@ class Learner:
             busy = dt_train / max(dt_train + dt_wait, 1e-9)
             self.runlog.write(self.row(), steps)  # also while waiting, so progress stays visible
             m = self.replay.metrics()
-            verdict = "saturated (learner-bound)" if busy > 0.5 else "waiting for data (actor-bound)"
+            verdict = (
+                "saturated (learner-bound)" if busy > 0.5 else "waiting for data (actor-bound)"
+            )
             log.info(
                 "steps/s %.2f  samples/s %.0f  loss %.3f (pi %.3f v %.3f)  reuse %.2f  lag %.2f  "
                 "replay %d  v%d  games %d  %s",
-                sps, sps * self.cfg.trainer.batch_size, self.last.get("loss", float("nan")),
-                self.last.get("policy_loss", float("nan")), self.last.get("value_loss", float("nan")),
-                m.reuse, m.mean_lag, m.size, self.trainer.version, self.games, verdict,
+                sps,
+                sps * self.cfg.trainer.batch_size,
+                self.last.get("loss", float("nan")),
+                self.last.get("policy_loss", float("nan")),
+                self.last.get("value_loss", float("nan")),
+                m.reuse,
+                m.mean_lag,
+                m.size,
+                self.trainer.version,
+                self.games,
+                verdict,
             )
             last_steps, last_t, last_busy = steps, now, (self.train_s, self.wait_s)
 

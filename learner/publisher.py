@@ -23,13 +23,20 @@ log = logging.getLogger("learner.publisher")
 class Publisher:
     """Keeps every server in ``servers`` on the newest published version."""
 
-    def __init__(self, servers: list[str], model: str = "default", auth: AuthConfig | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        servers: list[str],
+        model: str = "default",
+        auth: AuthConfig | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
         self.servers = list(servers)
         self.timeout_s = timeout_s
         self.version = -1
         self._blob = b""
         self._clients = {
-            s: EvalClient(ClientConfig(server=s, model=model, heartbeat_s=0.5), auth) for s in servers
+            s: EvalClient(ClientConfig(server=s, model=model, heartbeat_s=0.5), auth)
+            for s in servers
         }
         self._busy: dict[str, asyncio.Lock] = {s: asyncio.Lock() for s in servers}
         self._task: asyncio.Task[None] | None = None
@@ -77,5 +84,10 @@ class Publisher:
             for server, client in self._clients.items():
                 behind = client.server_id is not None and client.latest_version < self.version
                 if behind and not self._busy[server].locked():
-                    log.info("server %s is at v%d, behind v%d: re-publishing", server, client.latest_version, self.version)
+                    log.info(
+                        "server %s is at v%d, behind v%d: re-publishing",
+                        server,
+                        client.latest_version,
+                        self.version,
+                    )
                     await self._send(server, self.version, self._blob)

@@ -29,7 +29,11 @@ class RunLog:
         self._file.write(json.dumps(row, default=_jsonable) + "\n")
         if self._tb is not None:
             for key, value in row.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("time", "step"):
+                if (
+                    isinstance(value, (int, float))
+                    and not isinstance(value, bool)
+                    and key not in ("time", "step")
+                ):
                     self._tb.add_scalar(key, value, step)
 
     def close(self) -> None:

@@ -160,5 +160,3 @@ class TorchBackend(Backend):
                 pool.shutdown(wait=True, cancel_futures=True)
         self._compute = self._loader = None
         self._runners.clear()
-
-
