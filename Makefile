@@ -25,6 +25,7 @@ test: venv
 lint: venv
 	$(BIN)/ruff check azserve actors learner tests
 	$(BIN)/ruff format --check azserve actors learner tests
+	$(BIN)/mypy azserve
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

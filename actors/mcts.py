@@ -290,7 +290,7 @@ class MCTS:
                     path.append((node, i))
                     child = node.children[i]
                     if child is None:
-                        child = node.children[i] = _Node(apply(node.state, node.actions[i]))
+                        child = node.children[i] = _Node(apply(node.state, node.actions[i]))  # type: ignore[index]
                         created = True
                         if is_terminal(child.state):
                             child.terminal_value = game.terminal_value(child.state)

@@ -320,7 +320,7 @@ class EvalClient:
     def _send_frames(self, frames: list[Any]) -> None:
         assert self._sock is not None
         fut = self._sock.send_multipart(frames, copy=False)
-        fut.add_done_callback(_log_send_error)
+        fut.add_done_callback(_log_send_error)  # type: ignore[attr-defined]
 
     async def _recv_loop(self) -> None:
         assert self._sock is not None
@@ -372,9 +372,9 @@ class EvalClient:
                 else msg.latest
             )
             self._on_server_id(msg.server_id)
-        fut = self._control.get(rid) if rid is not None else None
-        if fut is not None and not fut.done():
-            fut.set_result(msg)
+        waiter = self._control.get(rid) if rid is not None else None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(msg)
 
     def _on_server_id(self, server_id: str) -> None:
         if self.server_id is not None and server_id != self.server_id:

@@ -218,7 +218,7 @@ def encode(msg: Message, arrays: Sequence[np.ndarray] = ()) -> list[Frame]:
         if a.dtype.byteorder == ">":
             a = a.astype(a.dtype.newbyteorder("<"))
         specs.append(spec_of(a))
-        bufs.append(memoryview(a).cast("B") if a.size else b"")
+        bufs.append(memoryview(a).cast("B") if a.size else b"")  # type: ignore[arg-type]
     msg.arrays = specs
     return [_encoder.encode(msg), *bufs]
 

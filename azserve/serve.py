@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from typing import Any
 
 from azserve.schema import Config
 from azserve.server import InferenceServer
@@ -15,7 +16,7 @@ log = logging.getLogger("azserve.serve")
 
 async def serve(cfg: Config, checkpoint: str | None = None, version: int = 0) -> None:
     """Run the inference server until SIGINT/SIGTERM, then shut down gracefully."""
-    initial = {"version": version}
+    initial: dict[str, Any] = {"version": version}
     if checkpoint:
         initial["state"] = load_weights_file(checkpoint)
         log.info("serving %s as version %d", checkpoint, version)

@@ -394,7 +394,7 @@ class InferenceServer:
         several, the one whose oldest request arrived first."""
         while True:
             now = time.monotonic()
-            ready = [(q.oldest(), v, q) for v, q in self._queues.items() if q.ready(now)]
+            ready = [(q.oldest() or now, v, q) for v, q in self._queues.items() if q.ready(now)]
             if ready:
                 _, v, q = min(ready, key=lambda t: t[0])
                 return v, q

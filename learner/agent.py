@@ -8,6 +8,7 @@ thousands of concurrent searches run at batched speed.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -137,7 +138,7 @@ class Agent:
 def agent_from_checkpoint(
     path: str,
     config_path: str | None = None,
-    overrides: list[str] = (),
+    overrides: Sequence[str] = (),
     game: str | None = None,  # type: ignore[assignment]
 ) -> tuple[Any, Agent]:
     """(Config, Agent) for a checkpoint. A learner checkpoint carries its config; plain weights

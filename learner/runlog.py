@@ -15,14 +15,13 @@ class RunLog:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._file = (self.dir / "metrics.jsonl").open("a", buffering=1)
-        self._tb = None
+        self._tb: Any = None
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:  # tensorboard is a core dependency; tolerate a slim install
-                SummaryWriter = None  # noqa: N806
-            if SummaryWriter is not None:
-                self._tb = SummaryWriter(str(self.dir / "tb"))
+                return
+            self._tb = SummaryWriter(str(self.dir / "tb"))
 
     def write(self, row: dict[str, Any], step: int) -> None:
         row = {"time": time.time(), **row}

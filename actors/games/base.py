@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 
-State: TypeAlias = tuple
+State: TypeAlias = Any
 """An immutable, hashable game position (each game defines a NamedTuple)."""
 
 

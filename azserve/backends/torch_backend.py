@@ -86,7 +86,7 @@ class TorchBackend(Backend):
         if self.dtype != torch.float32:
             module = module.to(self.dtype)
         if self.cfg.channels_last:
-            module = module.to(memory_format=torch.channels_last)
+            module = module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         fn = self._compile(module)
         runner = _Runner(module, fn, param_bytes(module))
         # Warm up every bucket (or one small batch) off the hot path, so the first real batch
