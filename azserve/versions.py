@@ -64,7 +64,13 @@ class VersionRegistry:
     def check_admit(self, nbytes: int, now: float, busy: set[int]) -> list[int]:
         """Versions to evict so that one more of ``nbytes`` fits the budget. Raises
         ``Overloaded`` when even evicting every evictable version would not make room."""
-        evictable = sorted(self.evictable(now, busy), key=lambda v: self._versions[v].last_used)
+        # Idle past the grace first; then, under pressure, versions that only the grace period
+        # protects (no lease pins them and no request is queued or computing), least recently
+        # used first: a publisher faster than the grace must not be refused.
+        idle = set(self.evictable(now, busy))
+        soft = set(self.evictable(now + self.grace_s, busy)) - idle
+        by_use = lambda v: self._versions[v].last_used  # noqa: E731
+        evictable = sorted(idle, key=by_use) + sorted(soft, key=by_use)
         count = len(self._versions)
         used = self.total_bytes()
         evict: list[int] = []

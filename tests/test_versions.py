@@ -146,3 +146,18 @@ def test_touch_counts_rows_and_snapshot_reports() -> None:
         "bytes": 150,
         "served_rows": {"0": 10, "1": 0},
     }
+
+
+def test_admission_under_pressure_evicts_versions_only_the_grace_protects() -> None:
+    """A publisher faster than the grace period is not refused: versions kept only by the
+    grace go (idle ones first, then least recently used); pinned and busy ones stay."""
+    r = registry(max_versions=4, grace_s=10.0)
+    for v in range(4):
+        r.add(v, 10, now=float(v))
+    r.update_lease("game-client", {1: 1}, lease_s=60.0, now=3.0)
+    # At t=4 every version is inside its grace; 3 is latest, 1 pinned, 2 busy: 0 must go.
+    assert r.check_admit(10, now=4.0, busy={2}) == [0]
+    r.add(4, 10, now=4.0)
+    r.remove(0)
+    with pytest.raises(Overloaded):
+        r.check_admit(10, now=4.5, busy={2, 3})  # 4 latest, 1 pinned, 2 and 3 busy
