@@ -20,9 +20,14 @@ def register(sub: Any, common: Any) -> None:
     p.add_argument("--server", help="target a running server at this endpoint")
     p.add_argument("--processes", type=int, default=2, help="load processes")
     p.add_argument("--coroutines", type=int, default=512, help="coroutines per load process")
-    p.add_argument("--peers", default="naive,ray_serve,triton_single,triton_batched,azserve_triton",
-                   help="comma-separated peers to run side by side ('' = none)")
-    p.add_argument("--sweep", action="store_true", help="vary clients, max_batch_size, max_queue_delay_us")
+    p.add_argument(
+        "--peers",
+        default="naive,ray_serve,triton_single,triton_batched,azserve_triton",
+        help="comma-separated peers to run side by side ('' = none)",
+    )
+    p.add_argument(
+        "--sweep", action="store_true", help="vary clients, max_batch_size, max_queue_delay_us"
+    )
     p.add_argument("--plot", help="throughput-latency plot (PNG) for --sweep")
     p.set_defaults(run=_run("azserve.bench.serve"))
 
