@@ -176,3 +176,6 @@ def test_bench_swap(tmp_path: Path) -> None:
     assert 0 < r["swap_ms"]["p50"] <= r["swap_ms"]["max"]
     for key in ("latency_ms_steady", "latency_ms_during_swap"):
         assert set(r[key]) >= {"p50", "p99"} and r[key]["p50"] > 0
+    # Publishing to two servers waits for both acks.
+    assert set(r["publish_ms"]) == {"1", "2"}
+    assert all(0 < r["publish_ms"][k]["p50"] <= r["publish_ms"][k]["max"] for k in ("1", "2"))

@@ -30,7 +30,7 @@ import zmq
 import zmq.asyncio
 
 from azserve import protocol as P
-from azserve.bench.common import ServerChild, Workers, load_cfg, percentiles, sleep_until
+from azserve.bench.common import ServerChild, Workers, percentiles, sleep_until
 from azserve.bench.load import positions, read_results, worker_argv
 from azserve.client import ClientConfig, EvalClient
 from azserve.errors import AzserveError
@@ -139,9 +139,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     from azserve.bench.serve import warmup_for
 
     d, n = args.duration, args.swaps
-    overrides = list(args.overrides) + grace_override(
-        load_cfg(args.config, args.overrides), n, d / n
-    )
+    overrides = list(args.overrides)
     with tempfile.TemporaryDirectory(prefix="azserve-bench-swap-") as tmp:
         work = Path(tmp)
         server = ServerChild(args.config, overrides, work)
@@ -172,25 +170,55 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
                 sleep_until(t_end)
                 workers.wait_done(120)
             samples = read_results(work / "load", args.processes)
+            # The learner's view: publish to one idle server, then to two, acked by each.
+            second = ServerChild(args.config, overrides, work, name="server2")
+            second.start()
+            try:
+                publish = asyncio.run(
+                    publish_phase([server.endpoint, second.endpoint], cfg, blobs, first=n + 1)
+                )
+            finally:
+                second.stop()
         finally:
             server.stop()
-    return summarize(samples.t_send, samples.t_done, swaps, t_measure, d, args.config, overrides)
+    result = summarize(samples.t_send, samples.t_done, swaps, t_measure, d, args.config, overrides)
+    result["publish_ms"] = publish
+    return result
+
+
+async def publish_phase(
+    endpoints: list[str], cfg: Any, blobs: list[bytes], first: int, rounds: int = 5
+) -> dict[str, dict[str, float]]:
+    """``learner.publisher.Publisher`` time from publish to every server's live ack, to the
+    first server alone and then to both: ``{"1": {p50, max}, "2": {p50, max}}``."""
+    from learner.publisher import Publisher
+
+    out: dict[str, dict[str, float]] = {}
+    version = first
+    for count in (1, 2):
+        publisher = Publisher(endpoints[:count], cfg.server.model, cfg.auth)
+        await publisher.start()
+        times = []
+        try:
+            for i in range(rounds):
+                t0 = time.monotonic()
+                acked = await publisher.publish(version, blobs[i % len(blobs)])
+                times.append((time.monotonic() - t0) * 1e3)
+                if len(acked) != count:
+                    raise AzserveError(
+                        f"publish of v{version} acked by {len(acked)}/{count} servers"
+                    )
+                version += 1
+        finally:
+            await publisher.aclose()
+        out[str(count)] = _p50_max(times)
+    return out
 
 
 def _p50_max(xs: list[float]) -> dict[str, float]:
     if not xs:
         return {"p50": float("nan"), "max": float("nan")}
     return {"p50": round(float(np.median(xs)), 1), "max": round(max(xs), 1)}
-
-
-def grace_override(cfg: Any, swaps: int, spacing: float) -> list[str]:
-    """A shorter ``server.version_grace_s`` when swaps come so fast that versions still in their
-    grace would fill ``max_versions`` (the server then refuses the next load with Overloaded):
-    about one version per ``spacing`` stays in grace, next to the latest and the one loading."""
-    room = (cfg.server.max_versions - 2) * spacing
-    if swaps + 1 <= cfg.server.max_versions or cfg.server.version_grace_s < room:
-        return []
-    return [f"server.version_grace_s={0.9 * room:.3f}"]
 
 
 def summarize(
