@@ -1,6 +1,6 @@
 """azserve: AlphaZero-style self-play at high throughput."""
 
-from azserve.client import ClientConfig, EvalClient, SyncClient
+from azserve.client import ClientConfig, EvalClient
 from azserve.errors import (
     AzserveError,
     ConfigError,
@@ -13,6 +13,7 @@ from azserve.errors import (
     WeightsError,
 )
 from azserve.server import InferenceServer, ServerConfig
+from azserve.sync_client import SyncClient
 
 __all__ = [
     "AzserveError",

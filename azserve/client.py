@@ -5,7 +5,7 @@ pending in one event-loop tick travel in one message per weights version (bounde
 ``max_rows``), and replies are routed back to the waiting futures. Heartbeats renew the
 process's version pins, detect a restarted server, and resend what it lost.
 
-``SyncClient``: the same protocol, blocking, for standalone users.
+The blocking ``SyncClient`` for standalone users lives in ``azserve.sync_client``.
 """
 
 from __future__ import annotations
@@ -445,73 +445,3 @@ def _cancel(fut: asyncio.Future[Any]) -> None:
 def _log_send_error(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         log.error("send failed: %s", fut.exception())
-
-
-class SyncClient:
-    """Blocking client for standalone use: ``SyncClient("tcp://127.0.0.1:5555").evaluate(obs)``."""
-
-    def __init__(
-        self,
-        server: str,
-        model: str = "default",
-        timeout_s: float = 30.0,
-        auth: AuthConfig | None = None,
-    ) -> None:
-        self.model = model
-        self.timeout_ms = int(timeout_s * 1000)
-        self._ids = itertools.count(1)
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        try:
-            client_auth(self._sock, auth or AuthConfig())
-            self._sock.connect(server)
-        except (ConfigError, zmq.ZMQError):
-            self.close()
-            raise
-        self.server = server
-
-    def evaluate(self, obs: np.ndarray, version: int = -1) -> tuple[np.ndarray, np.ndarray, int]:
-        """obs ``[n,C,H,W]`` -> (logits ``[n,A]``, values ``[n]``, version that served them)."""
-        reply, arrays = self._call(P.EvalRequest(model=self.model, version=version), [obs])
-        return arrays[0], arrays[1], reply.version
-
-    def ping(self) -> P.Pong:
-        return self._call(P.Ping())[0]
-
-    def status(self) -> dict[str, Any]:
-        return self._call(P.StatusRequest())[0].status
-
-    def load_weights(self, version: int, blob: bytes) -> P.Loaded:
-        msg = P.LoadWeights(model=self.model, version=version, sha256=checksum(blob))
-        return self._call(msg, [np.frombuffer(blob, np.uint8)])[0]
-
-    def _call(
-        self, msg: P.Message, arrays: list[np.ndarray] | None = None
-    ) -> tuple[Any, list[np.ndarray]]:
-        rid = next(self._ids)
-        msg.id = rid
-        self._sock.send_multipart(P.encode(msg, arrays or []), copy=False)
-        deadline = time.monotonic() + self.timeout_ms / 1000
-        while True:
-            left = int((deadline - time.monotonic()) * 1000)
-            if left <= 0 or not self._sock.poll(left):
-                raise RequestTimeout(
-                    f"{type(msg).__name__} got no reply from {self.server} in {self.timeout_ms} ms"
-                )
-            reply, out = P.decode(self._sock.recv_multipart())
-            if reply.id != rid:
-                continue  # a late reply to an earlier, timed-out call
-            if isinstance(reply, P.ErrorReply):
-                raise remote_error(reply.type, reply.message)
-            return reply, out
-
-    def close(self) -> None:
-        self._sock.close(linger=0)
-        self._ctx.term()
-
-    def __enter__(self) -> SyncClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -33,7 +33,8 @@ from azserve.errors import (
     VersionUnavailable,
     WeightsError,
 )
-from azserve.metrics import RateMeter, Registry, serve_metrics
+from azserve.metrics import serve_metrics
+from azserve.server_metrics import ServerMetrics
 from azserve.versions import VersionRegistry
 from azserve.weights import checksum
 from learner.network import NetConfig
@@ -117,41 +118,16 @@ class InferenceServer:
         self._computing: dict[int, int] = {}  # version -> batches in flight
         self._metrics_server: asyncio.AbstractServer | None = None
         self._authenticator: Any = None
-        self._busy_since: float | None = None
-        self._inflight = 0
         self._buffers: list[np.ndarray] = []
-        self._init_metrics()
+        self.metrics = ServerMetrics(
+            lambda: self._queued_rows,
+            lambda: self.versions.latest,
+            lambda: len(self.versions.resident()),
+        )
         self.endpoint = cfg.bind
-
-    # --- metrics -------------------------------------------------------------------------------
-
-    def _init_metrics(self) -> None:
-        r = self.registry = Registry()
-        self.m_requests = r.counter("azserve_requests_total", "Eval requests served")
-        self.m_rows = r.counter("azserve_rows_total", "Positions evaluated")
-        self.m_batches = r.counter("azserve_batches_total", "Batches run")
-        self.m_errors = r.counter("azserve_error_replies_total", "Error replies sent")
-        self.m_dropped = r.counter("azserve_dropped_total", "Messages dropped (unattributable)")
-        self.m_busy = r.counter(
-            "azserve_compute_busy_seconds_total", "Seconds with a batch computing"
-        )
-        self.m_swaps = r.counter("azserve_weight_loads_total", "Weight versions loaded")
-        self.m_batch = r.histogram(
-            "azserve_batch_size", "Rows per batch", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
-        )
-        self.m_qdelay = r.latency("azserve_queue_delay_ms", "Time from receipt to batch start")
-        self.m_compute = r.latency("azserve_compute_ms", "Backend time per batch")
-        self.m_latency = r.latency("azserve_latency_ms", "Time from receipt to reply")
-        r.gauge("azserve_queued_rows", "Rows waiting in batch queues", lambda: self._queued_rows)
-        r.gauge("azserve_latest_version", "Latest weights version", lambda: self.versions.latest)
-        r.gauge("azserve_versions_resident", "Versions held", lambda: len(self.versions.resident()))
-        self._rates = RateMeter()
 
     def status(self) -> dict[str, Any]:
         """Versions, queue depths and counters (the ``status`` control reply)."""
-        busy = self.m_busy.value + (
-            time.monotonic() - self._busy_since if self._busy_since is not None else 0.0
-        )
         return {
             "server_id": self.server_id,
             "state": self._state,
@@ -159,19 +135,7 @@ class InferenceServer:
             "versions": self.versions.snapshot(),
             "queued_rows": self._queued_rows,
             "queues": {str(v): q.rows for v, q in self._queues.items() if q.rows},
-            "requests": int(self.m_requests.value),
-            "rows": int(self.m_rows.value),
-            "batches": int(self.m_batches.value),
-            "mean_batch": self.m_batch.mean(),
-            "batch_hist": dict(
-                zip([str(b) for b in self.m_batch.bounds] + ["inf"], self.m_batch.counts)
-            ),
-            "errors": int(self.m_errors.value),
-            "dropped": int(self.m_dropped.value),
-            "busy_s": busy,
-            "latency_ms": {f"p{int(q)}": v for q, v in self.m_latency.percentiles().items()},
-            "queue_delay_ms": {f"p{int(q)}": v for q, v in self.m_qdelay.percentiles().items()},
-            "compute_ms": {f"p{int(q)}": v for q, v in self.m_compute.percentiles().items()},
+            **self.metrics.counters(),
         }
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -209,7 +173,7 @@ class InferenceServer:
         self._spawn(self._housekeeping(), "azserve-housekeeping")
         if self.cfg.metrics_port:
             self._metrics_server = await serve_metrics(
-                self.cfg.metrics_host, self.cfg.metrics_port, self.registry.render
+                self.cfg.metrics_host, self.cfg.metrics_port, self.metrics.registry.render
             )
         self._state = "serving"
         log.info(
@@ -289,7 +253,7 @@ class InferenceServer:
         """Decode one message and act on it. Never raises: bad input becomes an error reply
         (or, when there is no one to answer, a counted drop)."""
         if len(frames) < 2:
-            self.m_dropped.inc()
+            self.metrics.dropped.inc()
             return
         envelope, body = frames[:1], frames[1:]
         if not body[0] and len(body) > 1:  # REQ-style envelope: identity, empty delimiter
@@ -417,12 +381,12 @@ class InferenceServer:
                 else (np.concatenate([p.obs for p in items]))
             )
             for p in items:
-                self.m_qdelay.observe((t_start - p.t_recv) * 1e3)
-            self._mark_busy(+1, t_start)
+                self.metrics.queue_delay.observe((t_start - p.t_recv) * 1e3)
+            self.metrics.mark_busy(+1, t_start)
             try:
                 logits, value = await self.backend.infer(version, obs)
             finally:
-                self._mark_busy(-1, time.monotonic())
+                self.metrics.mark_busy(-1, time.monotonic())
             if logits.shape != (rows, self.net.num_actions) or value.shape != (rows,):
                 raise _Bad(
                     "InternalError",
@@ -447,11 +411,7 @@ class InferenceServer:
             self._computing[version] -= 1
             slots.release()
         t_done = time.monotonic()
-        self.m_compute.observe((t_done - t_start) * 1e3)
-        self.m_batches.inc()
-        self.m_batch.observe(rows)
-        self.m_rows.inc(rows)
-        self.m_requests.inc(len(items))
+        self.metrics.batch_done(rows, len(items), t_done - t_start)
         self.versions.touch(version, rows, t_done)
         latest = self.versions.latest
         off = 0
@@ -463,7 +423,7 @@ class InferenceServer:
                 (logits[off : off + n], value[off : off + n]),
             )
             off += n
-            self.m_latency.observe((t_done - p.t_recv) * 1e3)
+            self.metrics.latency.observe((t_done - p.t_recv) * 1e3)
 
     def _take_buffer(self, items: list[_Pending]) -> np.ndarray | None:
         """A preallocated uint8 batch buffer (one per batch in flight), or None for float input."""
@@ -472,14 +432,6 @@ class InferenceServer:
         if self._buffers:
             return self._buffers.pop()
         return np.empty((self.cfg.max_batch_size, *self.net.obs_shape), np.uint8)
-
-    def _mark_busy(self, delta: int, now: float) -> None:
-        if delta > 0 and self._inflight == 0:
-            self._busy_since = now
-        self._inflight += delta
-        if delta < 0 and self._inflight == 0 and self._busy_since is not None:
-            self.m_busy.inc(now - self._busy_since)
-            self._busy_since = None
 
     def _fail(self, items: list[_Pending], type_: str, message: str) -> None:
         for p in items:
@@ -539,7 +491,7 @@ class InferenceServer:
                 await self._unload(old)
             await self.backend.load(v, blob)
             self.versions.add(v, self.backend.version_bytes(v), time.monotonic())
-            self.m_swaps.inc()
+            self.metrics.swaps.inc()
         finally:
             del self._loading[v]
             done.set()
@@ -585,15 +537,8 @@ class InferenceServer:
 
     def status_line(self, now: float | None = None) -> str:
         now = time.monotonic() if now is None else now
-        rows_s = self._rates.rate("rows", self.m_rows.value, now)
-        req_s = self._rates.rate("req", self.m_requests.value, now)
-        busy = self._rates.rate("busy", self.m_busy.value, now)
-        lat = self.m_latency.percentiles((50, 99))
-        return (
-            f"rows/s {rows_s:,.0f}  req/s {req_s:,.0f}  batch {self.m_batch.mean():.1f}  "
-            f"busy {busy:.0%}  queued {self._queued_rows}  p50 {lat[50]:.1f} ms  p99 {lat[99]:.1f} ms  "
-            f"versions {self.versions.resident()} latest {self.versions.latest}  "
-            f"errors {int(self.m_errors.value)} dropped {int(self.m_dropped.value)}"
+        return self.metrics.status_line(
+            now, self._queued_rows, self.versions.resident(), self.versions.latest
         )
 
     # --- send ----------------------------------------------------------------------------------
@@ -607,7 +552,7 @@ class InferenceServer:
         self._sock.send_multipart(envelope + P.encode(msg, arrays), copy=False)
 
     def _send_error(self, envelope: list[bytes], rid: int | None, type_: str, message: str) -> None:
-        self.m_errors.inc()
+        self.metrics.errors.inc()
         self._send(envelope, P.ErrorReply(id=rid, type=type_, message=message))
 
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from azserve.client import SyncClient
 from azserve.errors import AzserveError
 from azserve.schema import Config, replace, save_config
 from azserve.supervisor import Child, azserve_argv, child_env
+from azserve.sync_client import SyncClient
 from learner.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
 from learner.runlog import read_metrics
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from azserve.client import SyncClient
 from azserve.errors import AzserveError
 from azserve.schema import Config
 from azserve.supervisor import Child, azserve_argv, child_env
+from azserve.sync_client import SyncClient
 
 Percentiles = dict[str, float]
 """``{"p50": ms, "p90": ms, "p99": ms}``."""
