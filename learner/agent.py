@@ -168,4 +168,15 @@ def agent_from_checkpoint(
     if game is not None and game != cfg.game:
         raise ConfigError(f"--game {game}: the checkpoint plays {cfg.game}")
     state = load_weights_file(path)
-    return cfg, Agent(make_game(cfg.game), cfg.net, state, cfg.mcts)
+    return cfg, Agent(make_game(cfg.game), cfg.net, state, analysis_mcts(cfg))
+
+
+def analysis_mcts(cfg: Any) -> MCTSConfig:
+    """The search settings for analysis and evaluation: the ``mcts`` section with the ``eval``
+    section's overrides (the Agent then drops noise, temperature and resignation)."""
+    changes = {
+        key: getattr(cfg.eval, key)
+        for key in ("c_puct", "fpu_reduction")
+        if getattr(cfg.eval, key) is not None
+    }
+    return replace(cfg.mcts, **changes)

@@ -19,7 +19,7 @@ import numpy as np
 
 from actors.games import Game, State
 from actors.games.solver import TicTacToeSolver
-from learner.agent import Agent
+from learner.agent import Agent, analysis_mcts
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SET_NAMES = {
@@ -38,6 +38,11 @@ class EvalConfig:
 
     sims: int = 50
     """MCTS simulations per move for analysis and benchmark scoring."""
+    c_puct: float | None = None
+    """Analysis search: PUCT constant (None = ``mcts.c_puct``). A wider search than self-play's
+    finds the rare tactic the network's prior hides."""
+    fpu_reduction: float | None = None
+    """Analysis search: first-play urgency reduction (None = ``mcts.fpu_reduction``)."""
     match_games: int = 20
     """Games per match (against random and against an earlier version), colours alternating."""
     match_sims: int = 25
@@ -162,9 +167,11 @@ def evaluate_checkpoint(
     game = make_game(cfg.game)
     # Read both files now: during a run, retention may delete ``previous`` (the oldest kept)
     # while the benchmark below computes.
-    agent = Agent(game, cfg.net, load_weights_file(path), cfg.mcts)
+    agent = Agent(game, cfg.net, load_weights_file(path), analysis_mcts(cfg))
     earlier = (
-        None if previous is None else Agent(game, cfg.net, load_weights_file(previous), cfg.mcts)
+        None
+        if previous is None
+        else Agent(game, cfg.net, load_weights_file(previous), analysis_mcts(cfg))
     )
     sims = cfg.eval.sims if full else 0
     out: dict[str, Any] = {}
