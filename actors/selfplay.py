@@ -63,7 +63,6 @@ class SelfPlayStats:
     results: dict[int, int] = field(default_factory=lambda: {1: 0, 0: 0, -1: 0})
     """First player's outcomes: +1 win, 0 draw, -1 loss."""
     loop_lag_ms: float = 0.0
-    started: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -235,7 +234,7 @@ class SelfPlay:
             dt = now - last[0]
             log.info(
                 "games/s %.2f  positions/s %.1f  sims/s %.0f  evals/s %.0f  in flight %d  loop lag %.1f ms  "
-                "games %d  latest v%d  W/D/L %d/%d/%d",
+                "games %d  latest v%d  W/D/L %d/%d/%d  resigned %d  false resign %d/%d",
                 (s.games - last[1]) / dt,
                 (s.positions - last[2]) / dt,
                 (s.simulations - last[3]) / dt,
@@ -247,5 +246,8 @@ class SelfPlay:
                 s.results[1],
                 s.results[0],
                 s.results[-1],
+                s.resigned,
+                s.false_resign,
+                s.no_resign_games,
             )
             last = (now, s.games, s.positions, s.simulations, s.evaluations)

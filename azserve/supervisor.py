@@ -6,9 +6,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -22,7 +21,6 @@ class Child:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
-    started_at: float = field(default_factory=time.monotonic)
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -36,7 +34,6 @@ class Child:
             start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops children in order
         )
         log.close()
-        self.started_at = time.monotonic()
 
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()

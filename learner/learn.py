@@ -98,7 +98,6 @@ class Learner:
         self.wait_s = 0.0
         self.train_s = 0.0
         self.last: dict[str, float] = {}
-        self.publish_ms: list[float] = []
 
     def _resume(self) -> None:
         path = latest_checkpoint(self.ckpt_dir)
@@ -184,7 +183,6 @@ class Learner:
         t0 = time.monotonic()
         acks = await self.publisher.publish(self.trainer.version, blob)
         ms = (time.monotonic() - t0) * 1e3
-        self.publish_ms.append(ms)
         log.info(
             "published v%d to %d/%d servers in %.0f ms",
             self.trainer.version,

@@ -37,6 +37,16 @@ RTOL, ATOL = 1e-4, 1e-5
 order of float sums)."""
 
 
+@pytest.fixture(scope="module")
+def torch_one_thread() -> Iterator[None]:
+    """Tiny nets gain nothing from torch's thread pool, and spinning threads crawl on a busy
+    2-core machine (analysis and evaluation run with one thread too)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def free_tcp_port() -> int:
     """A loopback port that was free a moment ago."""
     with socket.socket() as s:

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,18 +25,11 @@ from learner.checkpoint import save_checkpoint
 from learner.network import build_net
 from learner.trainer import Trainer
 
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
 REPO = Path(__file__).resolve().parents[1]
 TTT = REPO / "configs" / "tictactoe.toml"
 GAME = make_game("tictactoe")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """As the engine runs (``run_analyze``): torch's thread pool only thrashes on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,17 +24,10 @@ from learner.network import NetConfig
 from learner.replay import Batch
 from learner.trainer import Trainer, TrainerConfig
 
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
 NET = NetConfig(in_channels=2, height=3, width=3, num_actions=9, blocks=1, channels=8)
 CONFIG = {"trainer": {"lr": 0.01}, "game": "tictactoe"}
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny nets gain nothing from threads, and spinning threads crawl on a busy 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def batch(seed: int, n: int = 16) -> Batch:

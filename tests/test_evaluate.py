@@ -4,11 +4,9 @@ exhaustive minimax, and matches."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from actors.games import make_game
 from actors.games.solver import TicTacToeSolver
@@ -33,16 +31,10 @@ C4_DATA = EvalConfig().c4_positions
 needs_c4_data = pytest.mark.skipif(
     not resolve_data_path(C4_DATA).is_file(), reason=f"benchmark data {C4_DATA} not present"
 )
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 SMALL_C4 = NetConfig(in_channels=2, height=6, width=7, num_actions=7, blocks=1, channels=8)
 SMALL_TTT = NetConfig(in_channels=2, height=3, width=3, num_actions=9, blocks=1, channels=8)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def c4_agent(seed: int = 0) -> Agent:

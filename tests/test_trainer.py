@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -15,16 +14,9 @@ from learner.network import NetConfig
 from learner.replay import Batch
 from learner.trainer import Trainer, TrainerConfig, lr_at
 
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
 NET = NetConfig(in_channels=2, height=3, width=3, num_actions=9, blocks=1, channels=8)
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny nets gain nothing from threads, and spinning threads crawl on a busy 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def fixed_batch(seed: int, n: int = 32) -> Batch:

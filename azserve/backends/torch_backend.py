@@ -69,10 +69,6 @@ class TorchBackend(Backend):
         runner = await loop.run_in_executor(self._loader, self._build, blob)
         self._runners[version] = runner  # atomic publish: the next batch for `version` sees it
 
-    def load_state(self, version: int, state: dict[str, torch.Tensor]) -> None:
-        """Synchronous load from a state dict (start-up path, before serving)."""
-        self._runners[version] = self._build_from_state(state)
-
     def _build(self, blob: bytes) -> _Runner:
         return self._build_from_state(bytes_to_state_dict(blob))
 
