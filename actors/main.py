@@ -1,62 +1,79 @@
-"""``azserve actors``: one actor process (K game coroutines, one EvalClient, one sink)."""
+"""``azserve actors``: one actor process (K game coroutines, one EvalClient, one sink).
+
+Nothing here imports torch: an actor process is pure Python MCTS, numpy and ZeroMQ.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
-import signal
 import socket
 import uuid
-from typing import TYPE_CHECKING
 
-from actors.selfplay import ActorsConfig, SelfPlay, SelfPlayStats
-from actors.trajectory import SinkConfig, open_sink
-from azserve.client import EvalClient
-from azserve.errors import RequestTimeout
+import zmq.asyncio
 
-if TYPE_CHECKING:
-    from azserve.schema import Config
+from actors.config import ActorsConfig
+from actors.mcts import MCTSConfig
+from actors.selfplay import SelfPlay, SelfPlayStats
+from actors.sender import TrajectorySender
+from actors.sinks import FileSink, NullSink, TrajectorySink
+from azserve.auth import AuthConfig
+from azserve.client import ClientConfig, EvalClient
+from azserve.errors import ComponentFailed, RequestTimeout
+from azserve.lifecycle import stop_on_signals
 
 log = logging.getLogger("actors")
 
 
-def sink_config(cfg: ActorsConfig) -> SinkConfig:
-    """The trajectory sink the actors section asks for."""
+def open_sink(
+    cfg: ActorsConfig,
+    *,
+    context: zmq.asyncio.Context | None = None,
+    auth: AuthConfig | None = None,
+) -> TrajectorySink:
+    """The sink ``cfg.sink`` names: the learner at ``cfg.learner``, the file ``cfg.file``, or
+    a counter."""
     if cfg.sink == "learner":
-        return SinkConfig(endpoint=cfg.learner, max_outbox=cfg.max_outbox)
+        return TrajectorySender(cfg, context=context, auth=auth)
     if cfg.sink == "file":
-        return SinkConfig(path=cfg.file, max_outbox=cfg.max_outbox)
-    return SinkConfig(max_outbox=cfg.max_outbox)
+        return FileSink(cfg.file)
+    return NullSink()
 
 
 async def run_actors(
-    cfg: Config, actor_id: str | None = None, stop: asyncio.Event | None = None
+    game: str,
+    actors: ActorsConfig,
+    mcts: MCTSConfig,
+    client_cfg: ClientConfig,
+    auth: AuthConfig,
+    actor_id: str | None = None,
+    stop: asyncio.Event | None = None,
 ) -> SelfPlayStats:
-    """Run self-play until stopped (SIGINT/SIGTERM or ``stop``) or the game budget is spent."""
+    """Run self-play until stopped (SIGINT/SIGTERM or ``stop``) or the game budget is spent.
+    Endpoints (``client_cfg.server``, ``actors.learner``) must be resolved."""
     # A fresh suffix per process lifetime: a restarted actor counts game ids from 0 again, and
     # the learner drops (actor, game_id) pairs it has seen.
     actor_id = f"{actor_id or socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     if stop is None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        stop = stop_on_signals()
     # server <- client <- games -> sink -> learner
-    client = EvalClient(cfg.client, cfg.auth)
+    client = EvalClient(client_cfg, auth)
     await client.start(wait_ready=False)
     try:
         if not await wait_for_server(client, stop):
             return SelfPlayStats()
-        sink = open_sink(sink_config(cfg.actors), auth=cfg.auth)
+        sink = open_sink(actors, auth=auth)
         await sink.start()
-        selfplay = SelfPlay(cfg.game, cfg.actors, cfg.mcts, client, sink, actor_id)
+        selfplay = SelfPlay(game, actors, mcts, client, sink, actor_id)
         try:
             stats = await selfplay.run(stop)
         finally:
             undelivered = await sink.aclose()
     finally:
         await client.aclose()
+    if client.lifecycle.error is not None:
+        raise ComponentFailed(f"actor {actor_id}: {client.lifecycle.error!r}")
     if undelivered:
         log.warning("%d trajectories were not delivered", undelivered)
     log.info("actor %s done: %d games, %d positions", actor_id, stats.games, stats.positions)

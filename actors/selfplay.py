@@ -11,41 +11,18 @@ import logging
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
+from actors.config import ActorsConfig
 from actors.games import Game, make_game
 from actors.mcts import MCTS, MCTSConfig
-from actors.trajectory import TrajectorySink
+from actors.sinks import TrajectorySink
 from azserve import protocol as P
 from azserve.client import EvalClient
+from azserve.metrics import RateMeter
 
 log = logging.getLogger("actors.selfplay")
-
-
-@dataclass(frozen=True)
-class ActorsConfig:
-    """Self-play processes."""
-
-    processes: int = 1
-    """Actor processes that ``train``/``launch`` start (each runs ``games`` coroutines)."""
-    games: int = 256
-    """Concurrent game coroutines per process: enough leaves in flight for large batches."""
-    sink: Literal["learner", "file", "null"] = "learner"
-    """Where finished games go: the learner endpoint, a local file, or only counted."""
-    learner: str = "tcp://127.0.0.1:5556"
-    """The learner's trajectory endpoint (sink = learner)."""
-    file: str = "trajectories.azt"
-    """Output file (sink = file)."""
-    max_outbox: int = 512
-    """Unacknowledged trajectories kept for resending; a full outbox makes games wait."""
-    max_games: int = 0
-    """Stop after this many finished games per process (0 = until stopped)."""
-    status_interval_s: float = 5.0
-    """Seconds between status lines (0 = none)."""
-    seed: int = 0
-    """Base seed; each process and game coroutine derives its own stream."""
 
 
 @dataclass
@@ -226,19 +203,21 @@ class SelfPlay:
             self.stats.loop_lag_ms = 0.8 * self.stats.loop_lag_ms + 0.2 * lag
 
     async def _status_loop(self) -> None:
-        last = (time.monotonic(), 0, 0, 0, 0)
+        rates = RateMeter()
+        start = time.monotonic()
+        for key in ("games", "positions", "simulations", "evaluations"):
+            rates.rate(key, getattr(self.stats, key), start)
         while True:
             await asyncio.sleep(self.cfg.status_interval_s)
             s = self.stats
             now = time.monotonic()
-            dt = now - last[0]
             log.info(
                 "games/s %.2f  positions/s %.1f  sims/s %.0f  evals/s %.0f  in flight %d  loop lag %.1f ms  "
                 "games %d  latest v%d  W/D/L %d/%d/%d  resigned %d  false resign %d/%d",
-                (s.games - last[1]) / dt,
-                (s.positions - last[2]) / dt,
-                (s.simulations - last[3]) / dt,
-                (s.evaluations - last[4]) / dt,
+                rates.rate("games", s.games, now),
+                rates.rate("positions", s.positions, now),
+                rates.rate("simulations", s.simulations, now),
+                rates.rate("evaluations", s.evaluations, now),
                 self.client.pending_rows(),
                 s.loop_lag_ms,
                 s.games,
@@ -250,4 +229,3 @@ class SelfPlay:
                 s.false_resign,
                 s.no_resign_games,
             )
-            last = (now, s.games, s.positions, s.simulations, s.evaluations)

@@ -1,6 +1,13 @@
-"""azserve: AlphaZero-style self-play at high throughput."""
+"""azserve: AlphaZero-style self-play at high throughput.
 
-from azserve.client import ClientConfig, EvalClient
+The library floor: wire protocol, batching, versions, lifecycle, metrics, auth, the clients,
+the inference server, its backends and the model group. Names are re-exported lazily, so that
+``import azserve`` (or ``from azserve import EvalClient`` in an actor) never loads torch or the
+server.
+"""
+
+from __future__ import annotations
+
 from azserve.errors import (
     AzserveError,
     ConfigError,
@@ -12,22 +19,32 @@ from azserve.errors import (
     VersionUnavailable,
     WeightsError,
 )
-from azserve.server import InferenceServer, ServerConfig
-from azserve.sync_client import SyncClient
+from azserve.lazy import lazy_getattr
+
+_LAZY = {
+    "ClientConfig": "azserve.client",
+    "EvalClient": "azserve.client",
+    "SyncClient": "azserve.sync_client",
+    "ControlClient": "azserve.control",
+    "InferenceServer": "azserve.server",
+    "InitialWeights": "azserve.server",
+    "ServerConfig": "azserve.server",
+    "ModelSpec": "azserve.model",
+    "NetConfig": "azserve.model",
+}
 
 __all__ = [
     "AzserveError",
-    "ClientConfig",
     "ConfigError",
-    "EvalClient",
-    "InferenceServer",
     "Overloaded",
     "ProtocolError",
     "RemoteError",
     "RequestTimeout",
     "ServerClosed",
-    "ServerConfig",
-    "SyncClient",
     "VersionUnavailable",
     "WeightsError",
+    *_LAZY,
 ]
+
+
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -7,6 +7,7 @@ import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import zmq
@@ -79,6 +80,23 @@ def client_auth(sock: zmq.Socket, cfg: AuthConfig) -> None:
     sock.curve_secretkey = secret
     sock.curve_publickey = public
     sock.curve_serverkey = server_public
+
+
+def connect_dealer(ctx: zmq.Context[Any], endpoint: str, cfg: AuthConfig, **options: int) -> Any:
+    """A DEALER of ``ctx`` connected to ``endpoint`` (CURVE client when configured), with
+    ``LINGER`` 0 and the given socket ``options`` (names of ``zmq`` constants). On any error
+    the socket is closed and the error (``ConfigError``, ``zmq.ZMQError``) raised."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        for name, value in options.items():
+            sock.setsockopt(getattr(zmq, name), value)
+        client_auth(sock, cfg)
+        sock.connect(endpoint)
+    except (ConfigError, zmq.ZMQError):
+        sock.close()
+        raise
+    return sock
 
 
 def _load(path: str, key: str, need_secret: bool) -> tuple[bytes, bytes]:

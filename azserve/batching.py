@@ -1,13 +1,17 @@
-"""The batch queue: one small I/O-free primitive used on both sides of the wire (the client
-coalesces coroutines' leaves into messages, the server forms batches from messages).
+"""Batching primitives for both sides of the wire.
 
-Knob names follow Triton: a batch is ready when it holds ``max_batch_size`` rows or its oldest
-item has waited ``max_queue_delay_us``. ``take`` always returns at least one item.
+``BatchQueue`` (server): I/O-free, knob names from Triton: a batch is ready when it holds
+``max_batch_size`` rows or its oldest item has waited ``max_queue_delay_us``; ``take`` always
+returns at least one item. ``TickCoalescer`` (clients): what the coroutines of one event-loop
+tick asked for, flushed together at the end of the tick, so that one message carries many
+leaves (``EvalClient``, and the in-process evaluator of analysis and play).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -74,4 +78,41 @@ class BatchQueue(Generic[T]):
         items = [it for it, _, _ in self._items]
         self._items.clear()
         self._rows = 0
+        return items
+
+
+K = TypeVar("K")
+
+
+class TickCoalescer(Generic[K, T]):
+    """Items added during one event-loop tick, grouped by key, handed to ``flush`` once when
+    the tick ends (``loop.call_soon``): the client side's batching. Every coroutine that runs
+    in a tick adds its leaf; the flush sees them all together and sends one message per key.
+    """
+
+    def __init__(self, flush: Callable[[dict[K, list[T]]], None]) -> None:
+        self._flush = flush
+        self._groups: dict[K, list[T]] = {}
+        self._scheduled = False
+
+    def add(self, key: K, item: T) -> None:
+        """Queue ``item`` under ``key`` for this tick's flush (scheduled on the first add)."""
+        group = self._groups.get(key)
+        if group is None:
+            self._groups[key] = [item]
+        else:
+            group.append(item)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._run)
+
+    def _run(self) -> None:
+        self._scheduled = False
+        groups, self._groups = self._groups, {}
+        self._flush(groups)
+
+    def drain(self) -> list[T]:
+        """Take every queued item without flushing (shutdown: the caller fails them)."""
+        items = [it for group in self._groups.values() for it in group]
+        self._groups.clear()
         return items

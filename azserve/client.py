@@ -1,11 +1,13 @@
-"""Clients of the inference server.
+"""The evaluation client of the inference server (one per process, asyncio).
 
-``EvalClient`` (one per process, asyncio): every coroutine awaits ``evaluate``; all leaves
-pending in one event-loop tick travel in one message per weights version (bounded by
-``max_rows``), and replies are routed back to the waiting futures. Heartbeats renew the
-process's version pins, detect a restarted server, and resend what it lost.
+Every coroutine awaits ``evaluate``; all leaves pending in one event-loop tick travel in one
+message per weights version (bounded by ``max_rows``), and replies are routed back to the
+waiting futures. Heartbeats renew the process's version pins, detect a restarted server, and
+resend what it lost. Its receive and heartbeat tasks are watched: if one dies, every pending
+future fails at once with a clear error (not a timeout 30 s later) and the client is ``failed``.
 
-The blocking ``SyncClient`` for standalone users lives in ``azserve.sync_client``.
+The blocking ``SyncClient`` lives in ``azserve.sync_client``; weight loads and status, the
+publisher's business, in ``azserve.control``.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ import zmq
 import zmq.asyncio
 
 from azserve import protocol as P
-from azserve.auth import AuthConfig, client_auth
+from azserve.auth import AuthConfig, connect_dealer
+from azserve.batching import TickCoalescer
 from azserve.errors import ConfigError, RequestTimeout, ServerClosed, remote_error
-from azserve.weights import checksum
+from azserve.lifecycle import Lifecycle, State
 
 log = logging.getLogger("azserve.client")
 
@@ -38,8 +41,8 @@ log = logging.getLogger("azserve.client")
 class ClientConfig:
     """How a process reaches the inference server."""
 
-    server: str = "tcp://127.0.0.1:5555"
-    """Endpoint of the server's ROUTER socket."""
+    server: str = ""
+    """Endpoint of the server's ROUTER socket (empty: ``server.bind``)."""
     model: str = "default"
     """Model name to request."""
     max_rows: int = 256
@@ -52,6 +55,10 @@ class ClientConfig:
     """Ping period; also renews version pins."""
     lease_s: float = 5.0
     """How long the server keeps this client's pins without a heartbeat."""
+
+
+_Leaf = tuple[np.ndarray, "asyncio.Future[Any]", bool]
+"""(obs, future, single): one ``evaluate`` call waiting for this tick's flush."""
 
 
 @dataclass
@@ -89,46 +96,37 @@ class EvalClient:
         self._ids = itertools.count(1)
         # Leaves of this tick, by (version, position shape, dtype): only alike arrays share a
         # message, so one caller's malformed input cannot break its neighbours' requests.
-        self._pending: dict[
-            tuple[int, tuple[int, ...], str], list[tuple[np.ndarray, asyncio.Future[Any], bool]]
-        ] = {}
-        self._flush_scheduled = False
+        self._tick: TickCoalescer[tuple[int, tuple[int, ...], str], _Leaf] = TickCoalescer(
+            self._flush
+        )
         self._inflight: dict[int, _InFlight] = {}
         self._control: dict[int, asyncio.Future[Any]] = {}
         self._pins: dict[int, int] = {}
         self._pins_dirty = False
-        self._state = "new"
+        self.lifecycle = Lifecycle("EvalClient", self._fail_all)
         self._ctx: zmq.asyncio.Context | None = None
         self._sock: zmq.asyncio.Socket | None = None
-        self._tasks: list[asyncio.Task[Any]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def start(self, wait_ready: bool = True, timeout_s: float = 30.0) -> None:
         """Connect; with ``wait_ready``, wait until the server answers a ping (learns latest)."""
-        if self._state != "new":
-            raise RuntimeError(f"EvalClient cannot start: it is {self._state}")
+        if not self.cfg.server:
+            raise ConfigError("client.server: no endpoint (the app derives it from server.bind)")
+        self.lifecycle.begin_start()
         self._loop = asyncio.get_running_loop()
         self._ctx = zmq.asyncio.Context()
-        sock = self._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDHWM, 0)
-        sock.setsockopt(zmq.RCVHWM, 0)
         try:
-            client_auth(sock, self.auth)
-            sock.connect(self.cfg.server)
+            sock = connect_dealer(self._ctx, self.cfg.server, self.auth, SNDHWM=0, RCVHWM=0)
         except (ConfigError, zmq.ZMQError):
-            sock.close()
             self._ctx.term()
-            self._state = "closed"
+            self.lifecycle.state = State.CLOSED
             raise
         self._sock = sock
-        self._state = "running"
-        self._tasks = [
-            asyncio.create_task(self._recv_loop(), name="evalclient-recv"),
-            asyncio.create_task(self._heartbeat_loop(), name="evalclient-heartbeat"),
-        ]
+        self.lifecycle.spawn(self._recv_loop(), "recv")
+        self.lifecycle.spawn(self._heartbeat_loop(), "heartbeat")
+        self.lifecycle.started()
         if wait_ready:
             deadline = time.monotonic() + timeout_s
             while True:
@@ -151,10 +149,8 @@ class EvalClient:
 
     async def aclose(self) -> None:
         """Fail everything pending with ServerClosed, release pins, close the socket."""
-        if self._state in ("closed", "new"):
-            self._state = "closed"
+        if not self.lifecycle.begin_close():
             return
-        self._state = "closed"
         if self._pins and self._sock is not None:
             with contextlib.suppress(zmq.ZMQError):
                 self._send_nowait(
@@ -162,25 +158,25 @@ class EvalClient:
                         id=0, model=self.cfg.model, client=self.client_id, pins={}, lease_s=0.0
                     )
                 )
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        err = ServerClosed("EvalClient closed")
-        for items in self._pending.values():
-            for _, fut, _ in items:
-                _fail(fut, err)
+        await self.lifecycle.cancel()
+        self._fail_all(ServerClosed("EvalClient closed"))
+        if self._sock is not None:
+            self._sock.close(linger=50)
+        if self._ctx is not None:
+            self._ctx.term()
+        self.lifecycle.closed()
+
+    def _fail_all(self, err: BaseException) -> None:
+        """Fail every pending future with ``err`` (close, or an owner task died)."""
+        for _, fut, _ in self._tick.drain():
+            _fail(fut, err)
         for inf in self._inflight.values():
             for fut, _, _ in inf.futures:
                 _fail(fut, err)
         for fut in self._control.values():
             _fail(fut, err)
-        self._pending.clear()
         self._inflight.clear()
         self._control.clear()
-        if self._sock is not None:
-            self._sock.close(linger=50)
-        if self._ctx is not None:
-            self._ctx.term()
 
     # --- evaluation ----------------------------------------------------------------------------
 
@@ -188,29 +184,22 @@ class EvalClient:
         """Evaluate one position ``[C,H,W]`` -> (logits ``[A]``, value float), or a stack
         ``[n,C,H,W]`` -> (logits ``[n,A]``, values ``[n]``), on weights ``version`` (-1 = latest).
         Returns an awaitable future; the work leaves in this tick's coalesced message."""
-        if self._state != "running":
-            raise ServerClosed(f"EvalClient is {self._state}")
+        if self.lifecycle.state is not State.RUNNING:
+            self.lifecycle.check_running(ServerClosed)
         if obs.ndim not in (3, 4):
             raise ValueError(f"obs must be [C,H,W] or [n,C,H,W], got shape {list(obs.shape)}")
         assert self._loop is not None
         fut: asyncio.Future[Any] = self._loop.create_future()
         single = obs.ndim == 3
-        self._pending.setdefault((version, obs.shape[-3:], obs.dtype.str), []).append(
-            (obs, fut, single)
-        )
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+        self._tick.add((version, obs.shape[-3:], obs.dtype.str), (obs, fut, single))
         return fut
 
-    def _flush(self) -> None:
+    def _flush(self, pending: dict[tuple[int, tuple[int, ...], str], list[_Leaf]]) -> None:
         """Send everything queued this tick: one message per version (and position shape and
         dtype), split at ``max_rows``."""
-        self._flush_scheduled = False
-        pending, self._pending = self._pending, {}
         now = time.monotonic()
         for (version, _, _), items in pending.items():
-            chunk: list[tuple[np.ndarray, asyncio.Future[Any], bool]] = []
+            chunk: list[_Leaf] = []
             rows = 0
             for item in items:
                 n = 1 if item[2] else item[0].shape[0]
@@ -222,9 +211,7 @@ class EvalClient:
             if chunk:
                 self._send_chunk(version, chunk, now)
 
-    def _send_chunk(
-        self, version: int, chunk: list[tuple[np.ndarray, asyncio.Future[Any], bool]], now: float
-    ) -> None:
+    def _send_chunk(self, version: int, chunk: list[_Leaf], now: float) -> None:
         arrays = [o[None] if single else o for o, _, single in chunk]
         obs = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
         rid = next(self._ids)
@@ -245,19 +232,14 @@ class EvalClient:
         return await self._call(P.Ping(), timeout_s)
 
     async def status(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        """The server's status reply (versions, queues, counters)."""
         reply = await self._call(P.StatusRequest(), timeout_s)
         return reply.status
-
-    async def load_weights(self, version: int, blob: bytes, timeout_s: float = 60.0) -> P.Loaded:
-        """Send weights as ``version``; returns once the server acks it live."""
-        msg = P.LoadWeights(model=self.cfg.model, version=version, sha256=checksum(blob))
-        return await self._call(msg, timeout_s, [np.frombuffer(blob, np.uint8)])
 
     async def _call(
         self, msg: P.Message, timeout_s: float, arrays: list[np.ndarray] | None = None
     ) -> Any:
-        if self._state != "running":
-            raise ServerClosed(f"EvalClient is {self._state}")
+        self.lifecycle.check_running(ServerClosed)
         assert self._loop is not None
         rid = next(self._ids)
         msg.id = rid
@@ -301,7 +283,7 @@ class EvalClient:
 
     def _send_pins(self) -> None:
         self._pins_dirty = False
-        if self._state == "running":
+        if self.lifecycle.running:
             self._send_nowait(
                 P.PinUpdate(
                     id=0,

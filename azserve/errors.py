@@ -41,6 +41,11 @@ class ServerClosed(AzserveError):
     """The server (or the local client) is shut down; the request was not served."""
 
 
+class ComponentFailed(AzserveError):
+    """An owner task of a long-lived component died; the component no longer works (its
+    pending calls fail with this, and the process exits non-zero)."""
+
+
 class RequestTimeout(AzserveError, TimeoutError):
     """No reply arrived in time, after the configured retries."""
 

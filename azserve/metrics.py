@@ -7,6 +7,7 @@ import asyncio
 import bisect
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -130,7 +131,9 @@ class Registry:
 
 
 class RateMeter:
-    """Rates of counters between two reads (for status lines)."""
+    """Rates of counters between two reads (status lines, the live table): the one rate meter
+    of every role. Counters only grow, so a rate is never negative; a counter that went back
+    (a restarted process) reads as a fresh start, rate 0."""
 
     def __init__(self) -> None:
         self._last: dict[str, tuple[float, float]] = {}
@@ -139,9 +142,56 @@ class RateMeter:
         now = time.monotonic() if now is None else now
         prev = self._last.get(key)
         self._last[key] = (value, now)
-        if prev is None or now <= prev[1]:
+        if prev is None or now <= prev[1] or value < prev[0]:
             return 0.0
         return (value - prev[0]) / (now - prev[1])
+
+    def delta(self, key: str, value: float) -> float:
+        """How much counter ``key`` grew since the previous read (0 on the first)."""
+        prev = self._last.get(key)
+        self._last[key] = (value, 0.0)
+        return 0.0 if prev is None else value - prev[0]
+
+
+class WindowRate:
+    """Events per second over a sliding window, from sparse (time, total) marks: a rate that
+    can be read at any moment (the replay's insert and sample rates), where ``RateMeter`` gives
+    the rate between two reads."""
+
+    def __init__(self, window_s: float, now: float) -> None:
+        self.total = 0
+        self._window_s = window_s
+        self._marks: deque[tuple[float, int]] = deque([(now, 0)])
+
+    def add(self, n: int, now: float) -> None:
+        self.total += n
+        # A mark per 1/16 window keeps the deque short whatever the event rate.
+        if now - self._marks[-1][0] >= self._window_s / 16:
+            self._marks.append((now, self.total))
+        while len(self._marks) > 1 and now - self._marks[1][0] >= self._window_s:
+            self._marks.popleft()
+
+    def rate(self, now: float) -> float:
+        t0, n0 = self._marks[0]
+        return (self.total - n0) / (now - t0) if now > t0 else 0.0
+
+
+SATURATED = 0.8
+"""Busy fraction from which a side counts as the one holding the line back."""
+
+
+def bottleneck(busy: dict[str, float]) -> str:
+    """The one rule naming the side that limits throughput, used by the learner's metrics rows
+    (and so the live table) and by ``bench selfplay``.
+
+    ``busy`` maps sides (``learner``, ``inference``, optionally ``actor``) to the fraction of
+    time they worked. Throughput is the minimum of the sides' capacities, and with one flow
+    through all of them the side of least capacity is the busiest one. A consumer at or above
+    ``SATURATED`` is the bottleneck (the busiest wins); if none is, the actors cannot feed the
+    others, and the bottleneck is ``actor``.
+    """
+    side, frac = max(busy.items(), key=lambda kv: kv[1], default=("actor", 0.0))
+    return side if frac >= SATURATED else "actor"
 
 
 async def serve_metrics(host: str, port: int, render: Callable[[], str]) -> asyncio.Server:

@@ -210,7 +210,8 @@ def spec_of(array: np.ndarray) -> ArraySpec:
 
 def encode(msg: Message, arrays: Sequence[np.ndarray] = ()) -> list[Frame]:
     """Message + arrays -> frames ``[header, buf_0, ...]``. Buffers are not copied when the
-    arrays are already C-contiguous and little-endian."""
+    arrays are already C-contiguous and little-endian. ``msg`` is not modified (the header
+    sent is a copy carrying the arrays' specs)."""
     bufs: list[Frame] = []
     specs = []
     for a in arrays:
@@ -219,8 +220,7 @@ def encode(msg: Message, arrays: Sequence[np.ndarray] = ()) -> list[Frame]:
             a = a.astype(a.dtype.newbyteorder("<"))
         specs.append(spec_of(a))
         bufs.append(memoryview(a).cast("B") if a.size else b"")  # type: ignore[arg-type]
-    msg.arrays = specs
-    return [_encoder.encode(msg), *bufs]
+    return [_encoder.encode(msgspec.structs.replace(msg, arrays=specs)), *bufs]
 
 
 def decode(frames: Sequence[Frame]) -> tuple[Message, list[np.ndarray]]:

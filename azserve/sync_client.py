@@ -11,9 +11,9 @@ import numpy as np
 import zmq
 
 from azserve import protocol as P
-from azserve.auth import AuthConfig, client_auth
+from azserve.auth import AuthConfig, connect_dealer
 from azserve.errors import ConfigError, RequestTimeout, remote_error
-from azserve.weights import checksum
+from azserve.files import checksum
 
 
 class SyncClient:
@@ -30,13 +30,10 @@ class SyncClient:
         self.timeout_ms = int(timeout_s * 1000)
         self._ids = itertools.count(1)
         self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
         try:
-            client_auth(self._sock, auth or AuthConfig())
-            self._sock.connect(server)
+            self._sock = connect_dealer(self._ctx, server, auth or AuthConfig())
         except (ConfigError, zmq.ZMQError):
-            self.close()
+            self._ctx.term()
             raise
         self.server = server
 

@@ -15,6 +15,7 @@ from azserve.errors import Overloaded, VersionUnavailable
 @dataclass
 class _Version:
     nbytes: int
+    sha256: str
     loaded_at: float
     last_used: float
     served_rows: int = 0
@@ -88,10 +89,18 @@ class VersionRegistry:
             used -= self._versions[v].nbytes
         return evict
 
-    def add(self, version: int, nbytes: int, now: float) -> None:
-        """Publish ``version``; it becomes the latest if it is the newest."""
-        self._versions[version] = _Version(nbytes=nbytes, loaded_at=now, last_used=now)
+    def add(self, version: int, nbytes: int, sha256: str, now: float) -> None:
+        """Publish ``version`` (its weights' checksum ``sha256``); it becomes the latest if it
+        is the newest."""
+        self._versions[version] = _Version(
+            nbytes=nbytes, sha256=sha256, loaded_at=now, last_used=now
+        )
         self.latest = max(self.latest, version)
+
+    def sha256(self, version: int) -> str | None:
+        """Checksum of the weights held as ``version`` (None when not resident)."""
+        info = self._versions.get(version)
+        return info.sha256 if info else None
 
     def remove(self, version: int) -> None:
         self._versions.pop(version, None)

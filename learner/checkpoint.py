@@ -3,7 +3,7 @@
 Layout of ``ckpt-<step:09d>.safetensors``:
 
 - tensors ``model.<name>``: the network's state dict (``azserve serve --checkpoint`` loads these;
-  ``azserve.weights.load_weights_file`` strips the prefix);
+  ``azserve.model.weights.load_weights_file`` strips the prefix);
 - tensors ``<section>.<path>``: every other tensor of the trainer state, e.g.
   ``optim.state.3.momentum_buffer``, ``rng.numpy``;
 - string metadata: ``format``, ``step``, ``version``, ``time``, ``config`` (the resolved config as
@@ -25,31 +25,14 @@ from typing import Any, NamedTuple
 import torch
 from safetensors import safe_open
 
-from azserve.errors import ConfigError, WeightsError
-from azserve.weights import atomic_write_bytes, state_dict_to_bytes
+from azserve.errors import WeightsError
+from azserve.files import atomic_write_bytes
+from azserve.model.weights import state_dict_to_bytes
 
 FORMAT = "azserve.checkpoint/1"
 """Value of the ``format`` metadata key; bumped on an incompatible layout change."""
 
 _NAME = re.compile(r"^ckpt-(\d+)\.safetensors$")
-
-
-@dataclass(frozen=True)
-class CheckpointConfig:
-    """Checkpoint section of the learner config."""
-
-    dir: str = "checkpoints"
-    """Directory of the checkpoint files (created when missing)."""
-    keep_last: int = 5
-    """The most recent checkpoints kept."""
-    keep_every: int = 0
-    """Also keep, for ever, checkpoints whose step is a multiple of this (0: none)."""
-
-    def __post_init__(self) -> None:
-        if self.keep_last < 1:
-            raise ConfigError(f"checkpoint.keep_last: must be >= 1, got {self.keep_last}")
-        if self.keep_every < 0:
-            raise ConfigError(f"checkpoint.keep_every: must be >= 0, got {self.keep_every}")
 
 
 @dataclass(frozen=True)

@@ -11,60 +11,39 @@ import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from actors.games import make_game
-from azserve.config import to_dict
-from azserve.weights import state_dict_to_bytes
+from azserve.errors import ComponentFailed, ConfigError
+from azserve.metrics import RateMeter, bottleneck
+from azserve.model.weights import state_dict_to_bytes
 from learner.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from learner.config import LearnerSettings
 from learner.publisher import Publisher
-from learner.receiver import ReceiverConfig, TrajectoryReceiver
+from learner.receiver import TrajectoryReceiver
 from learner.replay import Replay
 from learner.runlog import RunLog
 from learner.trainer import Trainer
-
-if TYPE_CHECKING:
-    from azserve.schema import Config
+from learner.versions import VersionCounter
 
 log = logging.getLogger("learner")
-
-
-@dataclass(frozen=True)
-class LearnerConfig:
-    """The learner process: where trajectories arrive and where weights go."""
-
-    bind: str = "tcp://127.0.0.1:5556"
-    """Endpoint the trajectory receiver binds (actors' ``actors.learner``)."""
-    servers: tuple[str, ...] = ("tcp://127.0.0.1:5555",)
-    """Inference servers every new version is published to."""
-    publish_timeout_s: float = 60.0
-    """How long to wait for one server's ack before catching it up in the background."""
-    threads: int = 1
-    """torch intra-op threads for training on CPU (0 = torch's default)."""
-    status_interval_s: float = 5.0
-    """Seconds between status lines (0 = none)."""
-    log_every: int = 10
-    """Training steps between rows of metrics.jsonl."""
-    max_steps: int = 0
-    """Stop after this many training steps in total (0 = until stopped)."""
 
 
 class Learner:
     """One learner; ``await run(stop)`` until ``stop`` is set or ``max_steps`` is reached."""
 
-    def __init__(self, cfg: Config, run_dir: str | Path, resume: bool = False) -> None:
+    def __init__(self, cfg: LearnerSettings, run_dir: str | Path, resume: bool = False) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / cfg.checkpoint.dir
+        if not cfg.learner.servers:
+            raise ConfigError("learner.servers: no server to publish to")
         game = make_game(cfg.game)
         if game.obs_shape != cfg.net.obs_shape or game.num_actions != cfg.net.num_actions:
-            from azserve.errors import ConfigError
-
             raise ConfigError(
                 f"net: in_channels/height/width/num_actions {cfg.net.obs_shape}/{cfg.net.num_actions} "
                 f"do not fit {cfg.game} ({game.obs_shape}/{game.num_actions})"
@@ -72,17 +51,15 @@ class Learner:
         if cfg.learner.threads > 0:
             torch.set_num_threads(cfg.learner.threads)
         self.trainer = Trainer(cfg.net, cfg.trainer, symmetries=game.symmetries)
+        self.versions = VersionCounter(cfg.trainer.publish_every)
         self.games = 0
         self.positions = 0
         if resume:
             self._resume()
-        # The step whose weights ``trainer.version`` names: weights trained past it are a new
-        # version, so a stop checkpoint taken later takes the next number (see checkpoint_now).
-        self._version_step = self.trainer.step_count
         self.replay = Replay(cfg.replay, cfg.net.obs_shape, cfg.net.num_actions)
-        self.replay.set_current_version(self.trainer.version)
+        self.replay.set_current_version(self.versions.current)
         self.receiver = TrajectoryReceiver(
-            ReceiverConfig(endpoint=cfg.learner.bind),
+            cfg.learner,
             cfg.net.obs_shape,
             cfg.net.num_actions,
             self._on_trajectory,
@@ -90,7 +67,7 @@ class Learner:
             auth=cfg.auth,
         )
         self.publisher = Publisher(
-            list(cfg.learner.servers), cfg.server.model, cfg.auth, cfg.learner.publish_timeout_s
+            list(cfg.learner.servers), cfg.model, cfg.auth, cfg.learner.publish_timeout_s
         )
         self.runlog = RunLog(self.run_dir)
         self._data = asyncio.Event()
@@ -98,6 +75,11 @@ class Learner:
         self.wait_s = 0.0
         self.train_s = 0.0
         self.last: dict[str, float] = {}
+        self._rates = RateMeter()
+        self.inference_busy = 0.0
+        """Mean busy fraction of the servers over the last status interval."""
+        self.learner_busy = 0.0
+        """Fraction of the last status interval spent training (not waiting for data)."""
 
     def _resume(self) -> None:
         path = latest_checkpoint(self.ckpt_dir)
@@ -106,6 +88,7 @@ class Learner:
             return
         ckpt = load_checkpoint(path)
         self.trainer.load_state_dict(ckpt.trainer_state())
+        self.versions.current, self.versions.named_step = ckpt.meta.version, ckpt.meta.step
         # Totals continue across restarts (train.games budgets and metrics rows count them).
         self.games = int(ckpt.meta.extra.get("games", 0))
         self.positions = int(ckpt.meta.extra.get("positions", 0))
@@ -113,7 +96,7 @@ class Learner:
             "resumed from %s: step %d, version %d",
             path,
             self.trainer.step_count,
-            self.trainer.version,
+            self.versions.current,
         )
 
     def _on_trajectory(
@@ -146,6 +129,9 @@ class Learner:
         bs = self.cfg.trainer.batch_size
         max_steps = self.cfg.learner.max_steps
         while not stop.is_set():
+            for part in (self.receiver.lifecycle, self.publisher.lifecycle):
+                if part.error is not None:  # a dead owner task: stop, and exit non-zero
+                    raise ComponentFailed(f"learner: {part.name} failed: {part.error!r}")
             if max_steps and self.trainer.step_count >= max_steps:
                 log.info("max_steps %d reached", max_steps)
                 return
@@ -169,10 +155,9 @@ class Learner:
             step = self.trainer.step_count
             if step % self.cfg.learner.log_every == 0:
                 self.runlog.write(self.row(), step)
-            if self.trainer.publish_due:
-                self.trainer.bump_version()
-                self._version_step = step
-                self.replay.set_current_version(self.trainer.version)
+            if self.versions.due(step):
+                self.versions.bump(step)
+                self.replay.set_current_version(self.versions.current)
                 # Checkpoint before publishing: a learner killed in between must not resume
                 # from an older checkpoint and publish different weights under this number.
                 await loop.run_in_executor(self._pool, self._checkpoint)
@@ -181,14 +166,15 @@ class Learner:
     async def _publish(self) -> None:
         blob = state_dict_to_bytes(self.trainer.model.state_dict())
         t0 = time.monotonic()
-        acks = await self.publisher.publish(self.trainer.version, blob)
+        result = await self.publisher.publish(self.versions.current, blob)
         ms = (time.monotonic() - t0) * 1e3
         log.info(
-            "published v%d to %d/%d servers in %.0f ms",
-            self.trainer.version,
-            len(acks),
+            "published v%d to %d/%d servers in %.0f ms%s",
+            self.versions.current,
+            len(result.acked_ms),
             len(self.publisher.servers),
             ms,
+            "".join(f"; {s}: {why}" for s, why in result.failed.items()),
         )
 
     def _checkpoint(self) -> Path:
@@ -196,9 +182,9 @@ class Learner:
         return save_checkpoint(
             self.ckpt_dir,
             self.trainer.step_count,
-            self.trainer.version,
+            self.versions.current,
             state,
-            to_dict(self.cfg),
+            self.cfg.run_config,
             keep_last=self.cfg.checkpoint.keep_last,
             keep_every=self.cfg.checkpoint.keep_every,
         )
@@ -206,17 +192,16 @@ class Learner:
     def checkpoint_now(self) -> Path:
         """A checkpoint of the current state (on a clean stop). Weights trained past the last
         published version get the next version number: a resumed run serves them under it."""
-        if self.trainer.step_count != self._version_step:
-            self.trainer.bump_version()
-            self._version_step = self.trainer.step_count
+        self.versions.settle(self.trainer.step_count)
         return self._checkpoint()
 
     def row(self) -> dict[str, Any]:
         m = self.replay.metrics()
-        busy = self.train_s / max(self.train_s + self.wait_s, 1e-9)
+        if not self.cfg.learner.status_interval_s:  # no status loop: busy since the start
+            self.learner_busy = self.train_s / max(self.train_s + self.wait_s, 1e-9)
         return {
             "step": self.trainer.step_count,
-            "version": self.trainer.version,
+            "version": self.versions.current,
             "games": self.games,
             "positions": self.positions,
             **{k: v for k, v in self.last.items() if k != "step"},
@@ -226,31 +211,32 @@ class Learner:
             "insert_rate": m.insert_rate,
             "sample_rate": m.sample_rate,
             "dropped_stale": m.dropped_stale,
-            "learner_busy": busy,
-            "bound": "learner" if busy > 0.5 else "actor",
+            "learner_busy": self.learner_busy,
+            "inference_busy": self.inference_busy,
+            "bottleneck": bottleneck(
+                {"learner": self.learner_busy, "inference": self.inference_busy}
+            ),
         }
 
     async def _status_loop(self) -> None:
         interval = self.cfg.learner.status_interval_s
         if not interval:
             return
-        last_steps, last_t = self.trainer.step_count, time.monotonic()
-        last_busy = (self.train_s, self.wait_s)
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
             steps = self.trainer.step_count
-            sps = (steps - last_steps) / (now - last_t)
-            dt_train, dt_wait = self.train_s - last_busy[0], self.wait_s - last_busy[1]
-            busy = dt_train / max(dt_train + dt_wait, 1e-9)
+            sps = self._rates.rate("steps", steps, now)
+            dt_train = self._rates.delta("train_s", self.train_s)
+            dt_wait = self._rates.delta("wait_s", self.wait_s)
+            self.learner_busy = dt_train / max(dt_train + dt_wait, 1e-9)
+            self.inference_busy = await self._inference_busy(now)
             self.runlog.write(self.row(), steps)  # also while waiting, so progress stays visible
             m = self.replay.metrics()
-            verdict = (
-                "saturated (learner-bound)" if busy > 0.5 else "waiting for data (actor-bound)"
-            )
             log.info(
                 "steps/s %.2f  samples/s %.0f  loss %.3f (pi %.3f v %.3f)  reuse %.2f  lag %.2f  "
-                "replay %d  v%d  games %d  %s",
+                "replay %d  v%d  games %d  learner busy %.0f%%  inference busy %.0f%%  "
+                "bottleneck: %s",
                 sps,
                 sps * self.cfg.trainer.batch_size,
                 self.last.get("loss", float("nan")),
@@ -259,11 +245,20 @@ class Learner:
                 m.reuse,
                 m.mean_lag,
                 m.size,
-                self.trainer.version,
+                self.versions.current,
                 self.games,
-                verdict,
+                100 * self.learner_busy,
+                100 * self.inference_busy,
+                self.row()["bottleneck"],
             )
-            last_steps, last_t, last_busy = steps, now, (self.train_s, self.wait_s)
+
+    async def _inference_busy(self, now: float) -> float:
+        """Mean busy fraction of the servers since the last call (their ``busy_s`` counters)."""
+        fractions = []
+        for server, st in (await self.publisher.statuses()).items():
+            if st is not None:
+                fractions.append(min(1.0, self._rates.rate(f"busy {server}", st["busy_s"], now)))
+        return sum(fractions) / len(fractions) if fractions else self.inference_busy
 
 
 async def _unless_stopped(work: Any, stop: asyncio.Event) -> None:

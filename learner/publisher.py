@@ -1,23 +1,36 @@
 """Publishing weights to every inference server, acked, and catching up servers that were down.
 
 ``publish(version, blob)`` sends the safetensors bytes (with their checksum) to all servers at
-once and returns when each has acked the version live or timed out. A background task watches
-each server's latest version (learned from heartbeats) and re-sends the newest weights to a
-server that is behind: one that was down, or restarted with its initial weights.
+once over one ``ControlClient`` each, and returns which servers acked the version live. A
+background task watches each server's latest version (the control client's heartbeats) and
+re-sends the newest weights to a server that is behind: one that was down, or restarted.
+A server *ahead* of the learner (another learner's versions, or a learner that lost its
+checkpoints) is never published over: the learner says so instead of reporting a publish.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from azserve.auth import AuthConfig
-from azserve.client import ClientConfig, EvalClient
+from azserve.control import ControlClient
 from azserve.errors import AzserveError
+from azserve.lifecycle import Lifecycle
 
 log = logging.getLogger("learner.publisher")
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What one ``publish`` did: ms from send to live ack per server that took it, and why
+    each of the others did not."""
+
+    acked_ms: dict[str, float]
+    failed: dict[str, str]
 
 
 class Publisher:
@@ -33,61 +46,87 @@ class Publisher:
         self.servers = list(servers)
         self.timeout_s = timeout_s
         self.version = -1
+        """The newest version handed to ``publish``."""
         self._blob = b""
-        self._clients = {
-            s: EvalClient(ClientConfig(server=s, model=model, heartbeat_s=0.5), auth)
-            for s in servers
-        }
+        self._clients = {s: ControlClient(s, model, auth, heartbeat_s=0.5) for s in servers}
         self._busy: dict[str, asyncio.Lock] = {s: asyncio.Lock() for s in servers}
-        self._task: asyncio.Task[None] | None = None
-        self.last_publish_ms: dict[str, float] = {}
+        self.last_result: PublishResult | None = None
+        """What the latest ``publish`` did."""
+        self.lifecycle = Lifecycle("publisher")
+        self._warned_ahead: set[tuple[str, int]] = set()
 
     async def start(self) -> None:
+        self.lifecycle.begin_start()
         for c in self._clients.values():
-            await c.start(wait_ready=False)
-        self._task = asyncio.create_task(self._catch_up_loop(), name="publisher-catch-up")
+            await c.start()
+        self.lifecycle.spawn(self._catch_up_loop(), "catch-up")
+        self.lifecycle.started()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        if not self.lifecycle.begin_close():
+            return
+        await self.lifecycle.cancel()
         for c in self._clients.values():
             await c.aclose()
+        self.lifecycle.closed()
 
-    async def publish(self, version: int, blob: bytes) -> dict[str, float]:
-        """Send ``version`` to every server; returns server -> ms from send to live ack
-        (servers that failed are left out and caught up later)."""
+    async def publish(self, version: int, blob: bytes) -> PublishResult:
+        """Send ``version`` to every server; servers that fail are caught up later."""
         self.version, self._blob = version, blob
         results = await asyncio.gather(*(self._send(s, version, blob) for s in self.servers))
-        out = {s: ms for s, ms in zip(self.servers, results) if ms is not None}
-        self.last_publish_ms = out
-        return out
+        acked = {s: r for s, r in zip(self.servers, results) if isinstance(r, float)}
+        failed = {s: r for s, r in zip(self.servers, results) if isinstance(r, str)}
+        self.last_result = PublishResult(acked, failed)
+        return self.last_result
 
-    async def _send(self, server: str, version: int, blob: bytes) -> float | None:
+    async def statuses(self) -> dict[str, dict[str, Any] | None]:
+        """Each server's status reply (None for a server that did not answer in a second)."""
+
+        async def one(c: ControlClient) -> dict[str, Any] | None:
+            try:
+                return await c.status(timeout_s=1.0)
+            except AzserveError:
+                return None
+
+        replies = await asyncio.gather(*(one(c) for c in self._clients.values()))
+        return dict(zip(self._clients, replies))
+
+    async def _send(self, server: str, version: int, blob: bytes) -> float | str:
+        """ms to the live ack, or why the server did not take ``version``."""
         async with self._busy[server]:
             client = self._clients[server]
-            if client.latest_version >= version and client.server_id is not None:
-                return 0.0
+            if client.latest > version:
+                key = (server, client.latest)
+                if key not in self._warned_ahead:
+                    self._warned_ahead.add(key)
+                    log.error(
+                        "server %s is at v%d, ahead of this learner's v%d: not publishing over "
+                        "it (another learner, or this run's newer checkpoints were lost)",
+                        server,
+                        client.latest,
+                        version,
+                    )
+                return f"server is ahead (v{client.latest})"
             t0 = time.monotonic()
             try:
+                # Sent even when the server already reports ``version``: it acks the same bytes
+                # at once and refuses other bytes under that number (BadVersion).
                 await client.load_weights(version, blob, timeout_s=self.timeout_s)
             except AzserveError as exc:
                 log.warning("publishing v%d to %s failed: %s (will retry)", version, server, exc)
-                return None
-            client.latest_version = max(client.latest_version, version)
+                return str(exc)
             return (time.monotonic() - t0) * 1e3
 
     async def _catch_up_loop(self) -> None:
         while True:
             await asyncio.sleep(0.5)
             for server, client in self._clients.items():
-                behind = client.server_id is not None and client.latest_version < self.version
+                behind = client.server_id is not None and client.latest < self.version
                 if behind and not self._busy[server].locked():
                     log.info(
                         "server %s is at v%d, behind v%d: re-publishing",
                         server,
-                        client.latest_version,
+                        client.latest,
                         self.version,
                     )
                     await self._send(server, self.version, self._blob)

@@ -1,6 +1,6 @@
 """The learner's trajectory intake: a ZeroMQ ROUTER that validates, de-duplicates and acks.
 
-Actors connect DEALER sockets (``actors.trajectory.TrajectorySender``) and send ``Trajectory``
+Actors connect DEALER sockets (``actors.sender.TrajectorySender``) and send ``Trajectory``
 messages. Every well-formed trajectory is acknowledged with ``TrajectoryAck``, duplicates too
 (``duplicate=True``), so that an actor whose ack was lost stops resending. Malformed input gets
 an ``ErrorReply`` of type ``BadRequest`` and the receiver keeps serving.
@@ -21,6 +21,7 @@ import zmq.asyncio
 
 from azserve.auth import AuthConfig, server_auth
 from azserve.errors import ConfigError, ProtocolError
+from azserve.lifecycle import Lifecycle, State
 from azserve.protocol import (
     PROTOCOL_VERSION,
     ErrorReply,
@@ -32,33 +33,13 @@ from azserve.protocol import (
     encode,
     request_id_of,
 )
+from learner.config import LearnerConfig
 
 OnTrajectory = Callable[[Trajectory, np.ndarray, np.ndarray, np.ndarray], None]
 """``on_trajectory(msg, obs [T,C,H,W] uint8, policy [T,A] float32, outcome [T] float32)``.
 Called once per accepted trajectory, before the ack; the arrays are read-only and stay valid.
 An exception raised here is a learner bug, not bad input: it stops the receiver and is re-raised
 by ``aclose``."""
-
-
-@dataclass(frozen=True)
-class ReceiverConfig:
-    """Trajectory receiver section of the learner config."""
-
-    endpoint: str = "tcp://127.0.0.1:5556"
-    """ZeroMQ endpoint the ROUTER binds (``tcp://host:port``, ``ipc://path``; port ``*`` picks one)."""
-    dedup_capacity: int = 1 << 17
-    """(actor, game_id) keys remembered to drop resent duplicates (about 100 bytes each)."""
-    max_message_bytes: int = 64 << 20
-    """Larger inbound messages make ZeroMQ drop the connection (protects memory)."""
-    close_linger_ms: int = 100
-    """How long closing waits to flush acks still queued (lost acks only cause resends)."""
-    bind_retry_s: float = 2.0
-    """Keep retrying a bind that finds the address in use this long: ZeroMQ releases a closed
-    socket's address asynchronously, so a receiver restarted on the same endpoint may have to wait."""
-
-    def __post_init__(self) -> None:
-        if self.dedup_capacity < 1:
-            raise ConfigError(f"receiver.dedup_capacity: must be >= 1, got {self.dedup_capacity}")
 
 
 class DuplicateFilter:
@@ -110,7 +91,7 @@ class TrajectoryReceiver:
 
     def __init__(
         self,
-        cfg: ReceiverConfig,
+        cfg: LearnerConfig,
         obs_shape: tuple[int, int, int],
         num_actions: int,
         on_trajectory: OnTrajectory,
@@ -133,8 +114,8 @@ class TrajectoryReceiver:
         self._ctx = context
         self._own_ctx = context is None
         self._sock: zmq.asyncio.Socket | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._state = "new"
+        self.lifecycle = Lifecycle("TrajectoryReceiver")
+        """Its receive task is watched: ``lifecycle.failed`` is set if it dies."""
         self.endpoint: str | None = None
         """The bound endpoint, with the actual port, once started."""
         self._received = self._accepted = self._positions = 0
@@ -143,31 +124,30 @@ class TrajectoryReceiver:
 
     async def start(self) -> None:
         """Bind and start serving. A receiver starts once."""
-        if self._state != "new":
-            raise RuntimeError(f"TrajectoryReceiver cannot start: it is {self._state}")
-        self._state = "running"
+        self.lifecycle.begin_start()
         if self._ctx is None:
             self._ctx = zmq.asyncio.Context()
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.MAXMSGSIZE, self.cfg.max_message_bytes)
         try:
-            self._authenticator = server_auth(self._ctx, sock, self.auth, self.cfg.endpoint)
+            self._authenticator = server_auth(self._ctx, sock, self.auth, self.cfg.bind)
             await self._bind(sock)
         except (zmq.ZMQError, ConfigError, asyncio.CancelledError):
             sock.close(linger=0)
             self._stop_auth()
             self._close_ctx()
-            self._state = "closed"
+            self.lifecycle.state = State.CLOSED
             raise
         self._sock = sock
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._task = asyncio.create_task(self._run(), name=f"trajectory-receiver {self.endpoint}")
+        self.lifecycle.spawn(self._run(), "recv")
+        self.lifecycle.started()
 
     async def _bind(self, sock: zmq.asyncio.Socket) -> None:
         deadline = time.monotonic() + self.cfg.bind_retry_s
         while True:
             try:
-                sock.bind(self.cfg.endpoint)
+                sock.bind(self.cfg.bind)
                 return
             except zmq.ZMQError as exc:
                 if exc.errno != zmq.EADDRINUSE or time.monotonic() >= deadline:
@@ -176,19 +156,16 @@ class TrajectoryReceiver:
 
     async def aclose(self) -> None:
         """Stop receiving and close the socket. Re-raises an error that stopped the receiver."""
-        if self._state != "running":
-            self._state = "closed"
+        if not self.lifecycle.begin_close():
             return
-        self._state = "closed"
-        assert self._task is not None and self._sock is not None
-        self._task.cancel()
-        await asyncio.wait([self._task])  # unlike awaiting it, does not raise the task's error
+        assert self._sock is not None
+        await self.lifecycle.cancel()
         self._sock.close(linger=self.cfg.close_linger_ms)
         self._stop_auth()
         self._close_ctx()
-        error = None if self._task.cancelled() else self._task.exception()
-        if error is not None:
-            raise error
+        self.lifecycle.closed()
+        if self.lifecycle.error is not None:
+            raise self.lifecycle.error
 
     def _stop_auth(self) -> None:
         if self._authenticator is not None:

@@ -9,39 +9,13 @@ training wait for fresh data; inserting never blocks.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from azserve.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class ReplayConfig:
-    """Replay section of the learner config."""
-
-    capacity: int = 200_000
-    """Positions held; the oldest are overwritten first."""
-    max_policy_lag: int = 4
-    """Positions made by a version more than this many versions behind the current one are dropped."""
-    reuse_target: float = 4.0
-    """Samples trained per sample inserted that the rate limiter holds training to."""
-    min_size: int = 2_000
-    """Fresh positions needed before the first batch may be sampled."""
-    seed: int = 0
-    """Seed of the replay's own generator, used when ``sample`` is given none."""
-
-    def __post_init__(self) -> None:
-        if self.capacity < 1:
-            raise ConfigError(f"replay.capacity: must be >= 1, got {self.capacity}")
-        if self.max_policy_lag < 0:
-            raise ConfigError(f"replay.max_policy_lag: must be >= 0, got {self.max_policy_lag}")
-        if not self.reuse_target > 0:
-            raise ConfigError(f"replay.reuse_target: must be > 0, got {self.reuse_target}")
-        if not 0 <= self.min_size <= self.capacity:
-            raise ConfigError(f"replay.min_size: must be in [0, capacity], got {self.min_size}")
+from azserve.metrics import WindowRate
+from learner.config import ReplayConfig
 
 
 @dataclass(frozen=True)
@@ -95,27 +69,6 @@ class ReplayMetrics:
     """Mean time since insertion of fresh positions, in seconds."""
 
 
-class _RateMeter:
-    """Events per second over a sliding window, from sparse (time, total) marks."""
-
-    def __init__(self, window_s: float, now: float) -> None:
-        self.total = 0
-        self._window_s = window_s
-        self._marks: deque[tuple[float, int]] = deque([(now, 0)])
-
-    def add(self, n: int, now: float) -> None:
-        self.total += n
-        # A mark per 1/16 window keeps the deque short whatever the event rate.
-        if now - self._marks[-1][0] >= self._window_s / 16:
-            self._marks.append((now, self.total))
-        while len(self._marks) > 1 and now - self._marks[1][0] >= self._window_s:
-            self._marks.popleft()
-
-    def rate(self, now: float) -> float:
-        t0, n0 = self._marks[0]
-        return (self.total - n0) / (now - t0) if now > t0 else 0.0
-
-
 class Replay:
     """Ring buffer of positions with freshness eviction and a samples-per-insert rate limiter.
 
@@ -154,8 +107,8 @@ class Replay:
         self._dropped_on_insert = 0
         self._overwritten = 0
         now = clock()
-        self._inserts = _RateMeter(rate_window_s, now)
-        self._samples = _RateMeter(rate_window_s, now)
+        self._inserts = WindowRate(rate_window_s, now)
+        self._samples = WindowRate(rate_window_s, now)
 
     def __len__(self) -> int:
         """Fresh positions that may be sampled."""

@@ -9,80 +9,17 @@ from __future__ import annotations
 import math
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
-from azserve.errors import ConfigError
+from azserve.model.device import resolve_device
+from azserve.model.network import build_net
+from azserve.model.spec import NetConfig
+from learner.config import TrainerConfig
 from learner.loss import Symmetries, alphazero_loss, augment, l2_penalty
-from learner.network import NetConfig, build_net
 from learner.replay import Batch
-
-
-@dataclass(frozen=True)
-class TrainerConfig:
-    """Trainer section of the learner config."""
-
-    batch_size: int = 256
-    """Positions per training step."""
-    optimizer: Literal["sgd", "adamw"] = "sgd"
-    """SGD with momentum (AlphaZero's choice) or AdamW."""
-    lr: float = 0.02
-    """Peak learning rate (reached after warmup)."""
-    momentum: float = 0.9
-    """SGD momentum; AdamW's beta1."""
-    adam_beta2: float = 0.999
-    """AdamW's beta2."""
-    nesterov: bool = False
-    """Nesterov momentum for SGD."""
-    weight_decay: float = 1e-4
-    """Decay of conv/linear weights (biases and batch-norm parameters are not decayed)."""
-    weight_decay_mode: Literal["optimizer", "loss"] = "optimizer"
-    """"optimizer": the optimizer's weight_decay (coupled L2 for SGD, decoupled for AdamW);
-    "loss": an explicit ``weight_decay/2 * ||w||^2`` term, reported in the loss as ``l2``."""
-    value_weight: float = 1.0
-    """Weight of the value MSE relative to the policy cross-entropy."""
-    lr_schedule: Literal["constant", "cosine", "step"] = "constant"
-    """Shape of the learning rate after warmup."""
-    total_steps: int = 100_000
-    """Cosine: steps over which lr decays from ``lr`` to ``lr * lr_final_ratio``."""
-    lr_final_ratio: float = 0.0
-    """Cosine: final lr as a fraction of ``lr``."""
-    lr_milestones: tuple[int, ...] = ()
-    """Step: steps at which lr is multiplied by ``lr_gamma``."""
-    lr_gamma: float = 0.1
-    """Step: factor applied at each milestone."""
-    warmup_steps: int = 0
-    """Steps of linear warmup from lr/warmup_steps to lr."""
-    grad_clip: float | None = None
-    """Clip the global gradient norm to this (None: no clipping; the norm is reported anyway)."""
-    amp: Literal["none", "bf16", "fp16"] = "none"
-    """Mixed precision on CUDA (fp16 adds a gradient scaler); ignored on CPU."""
-    device: Literal["cpu", "cuda", "auto"] = "auto"
-    """Where to train; "auto" picks CUDA when available."""
-    publish_every: int = 100
-    """Training steps per published weights version."""
-    augment: bool = True
-    """Replace each sample by a random board symmetry (when the game provides symmetries)."""
-    seed: int = 0
-    """Seed of the initial weights and of the trainer's numpy generator (sampling, augmentation)."""
-
-    def __post_init__(self) -> None:
-        for key in ("batch_size", "total_steps", "publish_every"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"trainer.{key}: must be >= 1, got {getattr(self, key)}")
-        if not self.lr > 0:
-            raise ConfigError(f"trainer.lr: must be > 0, got {self.lr}")
-        if self.weight_decay < 0 or self.warmup_steps < 0:
-            raise ConfigError("trainer.weight_decay and trainer.warmup_steps must be >= 0")
-        if self.grad_clip is not None and not self.grad_clip > 0:
-            raise ConfigError(f"trainer.grad_clip: must be > 0 or unset, got {self.grad_clip}")
-        if list(self.lr_milestones) != sorted(self.lr_milestones):
-            raise ConfigError(
-                f"trainer.lr_milestones: must be increasing, got {self.lr_milestones}"
-            )
 
 
 def lr_at(cfg: TrainerConfig, step: int) -> float:
@@ -99,20 +36,11 @@ def lr_at(cfg: TrainerConfig, step: int) -> float:
     return cfg.lr
 
 
-def resolve_device(device: str) -> torch.device:
-    """ "auto" -> CUDA when available, else CPU; "cuda" without a GPU is a ConfigError."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("trainer.device: cuda requested but no CUDA device is available")
-    return torch.device(device)
-
-
 class Trainer:
     """Owns the network, optimizer and schedule; ``step(batch)`` makes one update.
 
-    Counters: ``step`` (updates made) and ``version`` (last weights version published, bumped
-    by the learner loop with ``bump_version``). ``rng`` is the numpy generator the loop passes to
+    ``step_count`` counts updates made (version numbers are the learner's, ``learner.versions``).
+    ``rng`` is the numpy generator the loop passes to
     ``Replay.sample``; it drives augmentation too, and is saved with the state.
     """
 
@@ -121,12 +49,12 @@ class Trainer:
     ) -> None:
         self.net_cfg = net_cfg
         self.cfg = cfg
-        self.device = resolve_device(cfg.device)
-        self.model = build_net(net_cfg, seed=cfg.seed).to(self.device)
+        self.device = resolve_device(cfg.device, "trainer.device")
+        # Version 0 has one origin: the seeded initial weights of the net section.
+        self.model = build_net(net_cfg, seed=net_cfg.seed).to(self.device)
         self._symmetries = symmetries if cfg.augment else None
         self.rng = np.random.default_rng(cfg.seed)
         self.step_count = 0
-        self.version = 0
         on_cuda = self.device.type == "cuda"
         self._amp_dtype = (
             {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.amp) if on_cuda else None
@@ -148,16 +76,6 @@ class Trainer:
             self.optimizer = torch.optim.AdamW(
                 groups, lr=cfg.lr, betas=(cfg.momentum, cfg.adam_beta2)
             )
-
-    @property
-    def publish_due(self) -> bool:
-        """True right after every ``publish_every``-th step."""
-        return self.step_count > 0 and self.step_count % self.cfg.publish_every == 0
-
-    def bump_version(self) -> int:
-        """Take the next weights version number (never reused: it is saved in the state)."""
-        self.version += 1
-        return self.version
 
     def step(self, batch: Batch) -> dict[str, float]:
         """One update on ``batch`` (uint8 obs, converted to float on the device).
@@ -219,7 +137,7 @@ class Trainer:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume exactly: ``model``, ``optim``, ``step``, ``version``,
+        """Everything needed to resume exactly: ``model``, ``optim``, ``step``,
         ``rng`` (numpy generator and torch CPU/CUDA states as uint8 tensors) and, with fp16,
         ``scaler``. Tensors are live references; copy before mutating the trainer further."""
         rng = {"numpy": _numpy_state_to_tensor(self.rng), "torch": torch.get_rng_state()}
@@ -229,7 +147,6 @@ class Trainer:
             "model": self.model.state_dict(),
             "optim": self.optimizer.state_dict(),
             "step": self.step_count,
-            "version": self.version,
             "rng": rng,
         }
         if self._scaler is not None:
@@ -241,7 +158,6 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optim"])
         self.step_count = int(state["step"])
-        self.version = int(state["version"])
         rng = state["rng"]
         self.rng = _numpy_state_from_tensor(rng["numpy"])
         torch.set_rng_state(rng["torch"].cpu())

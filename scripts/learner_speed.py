@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from actors.games import make_game
-from learner.network import NetConfig
+from azserve.model.spec import NetConfig
 from learner.replay import Replay, ReplayConfig
 from learner.trainer import Trainer, TrainerConfig
 

@@ -11,8 +11,9 @@ import numpy as np
 from azserve.backends.base import BackendConfig
 from azserve.backends.triton import TritonBackend
 from azserve.backends.triton_launch import start_triton
-from azserve.weights import state_dict_to_bytes
-from learner.network import NetConfig, build_net
+from azserve.model.network import build_net
+from azserve.model.spec import NetConfig
+from azserve.model.weights import state_dict_to_bytes
 
 
 async def rate(

@@ -21,11 +21,13 @@ import torch
 import zmq
 import zmq.asyncio
 
-from azserve import ClientConfig, EvalClient, InferenceServer, ServerConfig
-from azserve.backends import BackendConfig
+from azserve import ClientConfig, EvalClient, InferenceServer, InitialWeights, ServerConfig
+from azserve.backends import BackendConfig, make_backend
 from azserve.backends.torch_backend import TorchBackend
-from azserve.weights import state_dict_to_bytes
-from learner.network import NetConfig, build_net
+from azserve.control import ControlClient
+from azserve.model.network import build_net
+from azserve.model.spec import NetConfig
+from azserve.model.weights import state_dict_to_bytes
 
 pytest_plugins = ["tests.triton_server"]
 
@@ -138,21 +140,44 @@ async def make_server() -> AsyncIterator[MakeServer]:
         *,
         backend: Any = None,
         auth: Any = None,
-        initial: dict[str, Any] | None = None,
+        initial: InitialWeights | None = None,
         start: bool = True,
         **overrides: Any,
     ) -> InferenceServer:
         if backend is None:
             backend = BackendConfig(device="cpu")
-        server = InferenceServer(server_config(bind, **overrides), NET, backend=backend, auth=auth)
+        if isinstance(backend, BackendConfig):
+            backend = make_backend(NET, backend)
+        server = InferenceServer(server_config(bind, **overrides), NET.spec, backend, auth=auth)
         servers.append(server)
         if start:
-            await server.start(initial)
+            # Version 0 is the net's seeded initial weights, as ``azserve serve`` starts.
+            await server.start(initial or InitialWeights(0, weights_blob(seed=NET.seed)))
         return server
 
     yield make
     for server in servers:
         await server.aclose(drain_timeout_s=5.0)
+
+
+MakeControl = Callable[..., Awaitable[ControlClient]]
+
+
+@pytest.fixture
+async def make_control() -> AsyncIterator[MakeControl]:
+    """``await make_control(endpoint, **ControlClient kwargs)`` -> a started ControlClient
+    (weight loads, status); closed at teardown."""
+    clients: list[ControlClient] = []
+
+    async def make(endpoint: str, **kw: Any) -> ControlClient:
+        client = ControlClient(endpoint, **kw)
+        clients.append(client)
+        await client.start()
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
 
 
 MakeClient = Callable[..., Awaitable[EvalClient]]

@@ -16,13 +16,14 @@ import pytest
 import torch
 
 from actors.games import make_game
-from azserve.analyze import analyze_lines, serve_stream
+from azserve.app.agent import Agent, agent_from_checkpoint
+from azserve.app.analyze import analyze_lines, serve_stream
+from azserve.app.schema import load_config, to_dict
 from azserve.errors import ConfigError, WeightsError
-from azserve.schema import load_config, to_dict
-from azserve.weights import atomic_write_bytes, state_dict_to_bytes
-from learner.agent import Agent, agent_from_checkpoint
+from azserve.files import atomic_write_bytes
+from azserve.model.network import build_net
+from azserve.model.weights import state_dict_to_bytes
 from learner.checkpoint import save_checkpoint
-from learner.network import build_net
 from learner.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -36,7 +37,7 @@ GAME = make_game("tictactoe")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A freshly saved learner checkpoint of a tic-tac-toe net (random weights, seed 3)."""
     cfg = load_config(TTT)
-    trainer = Trainer(cfg.net, replace(cfg.trainer, seed=3, device="cpu"))
+    trainer = Trainer(replace(cfg.net, seed=3), replace(cfg.trainer, device="cpu"))
     return save_checkpoint(
         tmp_path_factory.mktemp("ckpt"), 10, 1, trainer.state_dict(), to_dict(cfg)
     )
@@ -80,7 +81,7 @@ def test_raw_policy_lines_in_order(agent: Agent) -> None:
 
 def test_raw_policy_matches_the_network(agent: Agent, checkpoint: Path) -> None:
     cfg = load_config(TTT)
-    trainer = Trainer(cfg.net, replace(cfg.trainer, seed=3, device="cpu"))
+    trainer = Trainer(replace(cfg.net, seed=3), replace(cfg.trainer, device="cpu"))
     state = GAME.from_moves([0, 4])
     logits, value = agent.evaluator.infer(GAME.encode(state)[None])
     (row,) = analyze_lines([line("x", [0, 4])], agent, "tictactoe", sims=0)
@@ -233,7 +234,7 @@ def test_analyze_subprocess(checkpoint: Path) -> None:
         [
             sys.executable,
             "-m",
-            "azserve.cli",
+            "azserve.app.cli",
             "analyze",
             "--checkpoint",
             str(checkpoint),

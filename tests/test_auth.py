@@ -116,13 +116,15 @@ async def test_trajectory_socket_needs_an_authorized_key(keys: Path) -> None:
 
     import numpy as np
 
-    from actors.trajectory import SinkConfig, TrajectorySender
+    from actors.config import ActorsConfig
+    from actors.sender import TrajectorySender
     from azserve.protocol import Trajectory
-    from learner.receiver import ReceiverConfig, TrajectoryReceiver
+    from learner.config import LearnerConfig
+    from learner.receiver import TrajectoryReceiver
 
     got: list[int] = []
     receiver = TrajectoryReceiver(
-        ReceiverConfig(endpoint="tcp://127.0.0.1:*", close_linger_ms=0),
+        LearnerConfig(bind="tcp://127.0.0.1:*", close_linger_ms=0),
         (2, 3, 3),
         9,
         lambda msg, *arrays: got.append(msg.game_id),
@@ -135,10 +137,10 @@ async def test_trajectory_socket_needs_an_authorized_key(keys: Path) -> None:
         np.ones(1, np.float32),
     )
     good = TrajectorySender(
-        SinkConfig(endpoint=receiver.endpoint, drain_timeout_s=5.0),
+        ActorsConfig(learner=receiver.endpoint, drain_timeout_s=5.0),
         auth=client_auth(keys, keys / "keys" / "actor.key_secret"),
     )
-    bad = TrajectorySender(SinkConfig(endpoint=receiver.endpoint, drain_timeout_s=0.5))
+    bad = TrajectorySender(ActorsConfig(learner=receiver.endpoint, drain_timeout_s=0.5))
     try:
         for i, s in ((1, good), (2, bad)):
             await s.start()

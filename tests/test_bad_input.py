@@ -21,6 +21,7 @@ from tests.conftest import (
     NET,
     GatedBackend,
     MakeClient,
+    MakeControl,
     MakeServer,
     RawDealer,
     Reference,
@@ -293,7 +294,11 @@ OTHER_NET_BLOB = weights_blob(seed=1).replace(b"policy_fc", b"policy_fx")
 
 LOAD_CASES: dict[str, tuple[list[bytes], str, str]] = {
     "bad-checksum": (load_frames(1, GOOD_BLOB, sha256="0" * 64), "BadWeights", "sha256 mismatch"),
-    "garbage-weights": (load_frames(2, b"not safetensors at all"), "BadWeights", "cannot parse"),
+    "garbage-weights": (
+        load_frames(2, b"not safetensors at all"),
+        "BadWeights",
+        "not readable safetensors",
+    ),
     "weights-of-another-net": (
         load_frames(3, OTHER_NET_BLOB),
         "BadWeights",
@@ -395,12 +400,12 @@ async def test_queue_limit_gives_overloaded(
 
 
 async def test_load_past_the_version_limit_gives_overloaded(
-    make_server: MakeServer, make_client: MakeClient
+    make_server: MakeServer, make_control: MakeControl
 ) -> None:
     server = await make_server(max_versions=1)
-    client = await make_client(server.endpoint)
+    ctl = await make_control(server.endpoint)
     with pytest.raises(Overloaded, match="cannot load another version"):
-        await client.load_weights(1, weights_blob(seed=1))
+        await ctl.load_weights(1, weights_blob(seed=1))
     assert server.versions.resident() == [0]
 
 
@@ -422,3 +427,21 @@ async def test_backend_breaking_the_row_invariant_gives_internal_error(
     assert err.value.type == "InternalError"
     one = positions(1)[0]
     assert ref.matches(one, *(await client.evaluate(one)))  # still serving
+
+
+async def test_load_of_a_held_version_with_other_bytes_is_refused(
+    make_server: MakeServer, make_control: MakeControl, make_client: MakeClient, ref: Reference
+) -> None:
+    """A version number names one set of weights: the learner's version 0 with bytes other
+    than the server's is refused (BadVersion), and the server keeps serving its own."""
+    server = await make_server()
+    ctl = await make_control(server.endpoint)
+    same = await ctl.load_weights(0, weights_blob(seed=NET.seed))  # the same bytes: idempotent
+    assert (same.version, same.latest) == (0, 0)
+    with pytest.raises(RemoteError, match="already held with other weights") as err:
+        await ctl.load_weights(0, weights_blob(seed=NET.seed + 1))
+    assert err.value.type == "BadVersion"
+    obs = positions(3, seed=5)
+    client = await make_client(server.endpoint)
+    logits, values = await client.evaluate(obs, 0)
+    assert ref.matches(obs, logits, values, seed=NET.seed)

@@ -11,18 +11,20 @@ import numpy as np
 import pytest
 import torch
 
-import azserve.weights
+import azserve.files
+import azserve.model.weights
 from azserve.errors import WeightsError
-from azserve.weights import load_weights_file
+from azserve.model.spec import NetConfig
+from azserve.model.weights import load_weights_file
 from learner.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
     save_checkpoint,
 )
-from learner.network import NetConfig
+from learner.config import TrainerConfig
 from learner.replay import Batch
-from learner.trainer import Trainer, TrainerConfig
+from learner.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -51,14 +53,13 @@ def trainer(optimizer: str = "sgd") -> Trainer:
     return Trainer(NET, cfg)
 
 
-def save(d: Path, t: Trainer, **kw: int) -> Path:
-    return save_checkpoint(d, t.step_count, t.version, t.state_dict(), CONFIG, **kw)
+def save(d: Path, t: Trainer, version: int = 1, **kw: int) -> Path:
+    return save_checkpoint(d, t.step_count, version, t.state_dict(), CONFIG, **kw)
 
 
 def test_layout_is_plain_safetensors_loadable_by_the_server(tmp_path: Path) -> None:
     t = trainer()
     t.step(batch(0))
-    t.bump_version()
     path = save(tmp_path, t)
     assert path.name == "ckpt-000000001.safetensors"
     raw = path.read_bytes()
@@ -83,7 +84,7 @@ def test_round_trip(tmp_path: Path) -> None:
     t.step(batch(0))
     path = save(tmp_path, t)
     model, optim, meta = load_checkpoint(path)
-    assert (meta.step, meta.version, meta.config) == (1, 0, CONFIG)
+    assert (meta.step, meta.version, meta.config) == (1, 1, CONFIG)
     assert meta.extra["step"] == 1 and meta.extra["rng"]["numpy"].dtype == torch.uint8
     ref = t.optimizer.state_dict()
     assert optim["param_groups"] == ref["param_groups"]  # tuples (betas) and ints survive
@@ -105,12 +106,12 @@ def test_resume_from_file_continues_exactly(tmp_path: Path, optimizer: str) -> N
     first = trainer(optimizer)
     for b in batches[:3]:
         first.step(b)
-    first.bump_version()
     path = save(tmp_path, first)
     del first
     resumed = trainer(optimizer)
-    resumed.load_state_dict(load_checkpoint(path).trainer_state())
-    assert (resumed.step_count, resumed.version) == (3, 1)
+    ckpt = load_checkpoint(path)
+    resumed.load_state_dict(ckpt.trainer_state())
+    assert (resumed.step_count, ckpt.meta.version) == (3, 1)
     for b in batches[3:]:
         resumed.step(b)  # crosses the lr milestone at step 4
 
@@ -133,7 +134,7 @@ def test_failed_write_leaves_no_partial_file(
     def boom(src: str, dst: str) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(azserve.weights.os, "replace", boom)
+    monkeypatch.setattr(azserve.files.os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
         save(tmp_path, t)
     monkeypatch.undo()
@@ -164,6 +165,6 @@ def test_corrupt_or_foreign_files_raise_weights_error(tmp_path: Path) -> None:
     with pytest.raises(WeightsError, match="cannot read"):
         load_checkpoint(bad)
     plain = tmp_path / "weights.safetensors"
-    plain.write_bytes(azserve.weights.state_dict_to_bytes({"w": torch.zeros(2)}))
+    plain.write_bytes(azserve.model.weights.state_dict_to_bytes({"w": torch.zeros(2)}))
     with pytest.raises(WeightsError, match="not an azserve checkpoint"):
         load_checkpoint(plain)

@@ -18,10 +18,10 @@ import torch
 import zmq.auth
 
 from azserve import SyncClient
+from azserve.app.schema import load_config, to_dict
 from azserve.errors import RequestTimeout
-from azserve.schema import load_config, to_dict
+from azserve.model.network import build_net
 from learner.checkpoint import save_checkpoint
-from learner.network import build_net
 from learner.trainer import Trainer
 
 pytestmark = pytest.mark.slow
@@ -31,9 +31,9 @@ TTT = REPO / "configs" / "tictactoe.toml"
 
 
 def azserve_cmd(*args: str) -> list[str]:
-    """The installed ``azserve`` script next to this interpreter (else ``python -m azserve.cli``)."""
+    """The installed ``azserve`` script next to this interpreter (else ``python -m azserve.app.cli``)."""
     script = Path(sys.executable).with_name("azserve")
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.cli"]
+    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.app.cli"]
     return [*head, *args]
 
 
@@ -117,7 +117,7 @@ def test_serve_answers_with_seeded_net_and_stops_on_sigterm(spawn, tmp_path: Pat
     assert f"azserve serving tictactoe on {endpoint}" in proc.stdout
 
     cfg = load_config(TTT, [f"server.bind={endpoint}"])
-    want_logits, want_values = reference(build_net(cfg.net, seed=cfg.server.seed), positions(16))
+    want_logits, want_values = reference(build_net(cfg.net, seed=cfg.net.seed), positions(16))
     with SyncClient(endpoint, timeout_s=10) as c:
         logits, values, version = c.evaluate(positions(16))
         assert c.status()["model"] == "default"
@@ -135,7 +135,7 @@ def test_serve_answers_with_seeded_net_and_stops_on_sigterm(spawn, tmp_path: Pat
 def test_serve_checkpoint_serves_its_weights(spawn, tmp_path: Path) -> None:
     cfg = load_config(TTT)
     # A learner checkpoint (model + optimizer + counters) of weights unlike the seed-0 default.
-    trainer = Trainer(cfg.net, replace(cfg.trainer, seed=7, device="cpu"))
+    trainer = Trainer(replace(cfg.net, seed=7), replace(cfg.trainer, device="cpu"))
     ckpt = save_checkpoint(tmp_path / "ckpts", 40, 5, trainer.state_dict(), to_dict(cfg))
 
     endpoint = f"ipc://{tmp_path}/s.ipc"

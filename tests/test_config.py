@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from azserve.config import parse_override
+from azserve.app.config import parse_override
+from azserve.app.schema import Config, load_config, replace, save_config
 from azserve.errors import ConfigError
-from azserve.schema import Config, load_config, replace, save_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "configs").glob("*.toml"))

@@ -4,18 +4,16 @@ exhaustive minimax, and matches."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from actors.games import make_game
 from actors.games.solver import TicTacToeSolver
-from azserve.schema import load_config, to_dict
-from learner.agent import Agent
-from learner.checkpoint import save_checkpoint
-from learner.evaluate import (
+from azserve.app.agent import Agent
+from azserve.app.evaluate import (
     SET_NAMES,
-    EvalConfig,
     connect4_mistakes,
     evaluate_checkpoint,
     load_c4_benchmark,
@@ -23,7 +21,9 @@ from learner.evaluate import (
     resolve_data_path,
     tictactoe_optimality,
 )
-from learner.network import NetConfig
+from azserve.app.schema import EvalConfig, load_config, to_dict
+from azserve.model.spec import NetConfig
+from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -144,7 +144,7 @@ def test_evaluate_checkpoint(tmp_path: Path) -> None:
     )
     paths = []
     for step, seed in ((10, 1), (20, 2)):
-        trainer = Trainer(cfg.net, type(cfg.trainer)(seed=seed, device="cpu"))
+        trainer = Trainer(replace(cfg.net, seed=seed), type(cfg.trainer)(device="cpu"))
         paths.append(
             save_checkpoint(tmp_path, step, step // 10, trainer.state_dict(), to_dict(cfg))
         )

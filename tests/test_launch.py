@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from azserve.app.launch import Host, load_hosts, plan, remote_command
+from azserve.app.schema import load_config
 from azserve.errors import ConfigError
-from azserve.launch import Host, load_hosts, plan, remote_command
-from azserve.schema import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 TTT = REPO / "configs" / "tictactoe.toml"
@@ -159,9 +159,9 @@ def test_crossing_hosts_needs_curve_keys(tmp_path: Path) -> None:
 
 
 def azserve(*args: str) -> list[str]:
-    """The installed ``azserve`` script next to this interpreter (else ``python -m azserve.cli``)."""
+    """The installed ``azserve`` script next to this interpreter (else ``python -m azserve.app.cli``)."""
     script = Path(sys.executable).with_name("azserve")
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.cli"]
+    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.app.cli"]
     return [*head, *args]
 
 

@@ -14,15 +14,16 @@ import numpy as np
 import pytest
 import torch
 
+from actors.config import ActorsConfig
 from actors.games import make_game
-from actors.trajectory import SinkConfig, TrajectorySender
-from azserve import InferenceServer, ServerConfig, SyncClient
+from actors.sender import TrajectorySender
+from azserve import InferenceServer, InitialWeights, ServerConfig, SyncClient
 from azserve import protocol as P
-from azserve.backends import BackendConfig
-from azserve.schema import Config, load_config
+from azserve.app.schema import Config, learner_settings, load_config
+from azserve.backends import BackendConfig, make_backend
+from azserve.model.network import build_net, initial_weights
 from learner.checkpoint import list_checkpoints, load_checkpoint
 from learner.learn import Learner
-from learner.network import build_net
 from learner.runlog import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,9 +55,7 @@ def make_config(sock_dir: Path, *extra: str) -> Config:
         REPO / "configs" / "tictactoe.toml",
         [
             f"server.bind={server}",
-            f"client.server={server}",
             f"learner.bind={learner}",
-            f'learner.servers=["{server}"]',
             "learner.status_interval_s=0",
             "learner.log_every=5",
             "net.blocks=1",
@@ -93,7 +92,7 @@ def random_game(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.nd
 async def send_games(cfg: Config, n: int, version: int, first_id: int = 0, seed: int = 0) -> None:
     """Send ``n`` random games played by ``version`` to the learner and wait for every ack."""
     rng = np.random.default_rng(seed)
-    sender = TrajectorySender(SinkConfig(endpoint=cfg.learner.bind, resend_after_s=1.0))
+    sender = TrajectorySender(ActorsConfig(learner=cfg.learner.bind, resend_after_s=1.0))
     await sender.start()
     try:
         for i in range(first_id, first_id + n):
@@ -126,10 +125,10 @@ async def serving(cfg: Config) -> AsyncIterator[InferenceServer]:
     server = InferenceServer(
         # Room for every version: these tests publish far faster than the eviction grace.
         ServerConfig(bind=cfg.server.bind, status_interval_s=0.0, max_versions=32),
-        cfg.net,
-        BackendConfig(device="cpu"),
+        cfg.net.spec,
+        make_backend(cfg.net, BackendConfig(device="cpu")),
     )
-    await server.start()
+    await server.start(InitialWeights(0, initial_weights(cfg.net)))
     try:
         yield server
     finally:
@@ -172,17 +171,18 @@ async def test_learner_trains_publishes_checkpoints_and_resumes(
     cfg = make_config(sock_dir, "learner.max_steps=20", "checkpoint.keep_last=10")
     async with serving(cfg) as server:
         # Run 1: from scratch to 20 steps; versions 1..4 published every 5 steps.
-        learner = Learner(cfg, run_dir)
+        learner = Learner(learner_settings(cfg), run_dir)
         async with learning(learner) as (task, _):
             await wait_for(
                 lambda: server.versions.latest >= 0 and learner.publisher.version == 0, 30
             )
             await send_games(cfg, 60, version=0)
             await asyncio.wait_for(asyncio.shield(task), 60)  # max_steps ends the run
-        assert learner.trainer.step_count == 20 and learner.trainer.version == 4
+        assert learner.trainer.step_count == 20 and learner.versions.current == 4
         assert server.versions.latest == 4
         assert set(server.versions.resident()) >= {4}
-        assert learner.publisher.last_publish_ms.keys() == {cfg.learner.servers[0]}  # acked
+        assert learner.publisher.last_result is not None
+        assert learner.publisher.last_result.acked_ms.keys() == {cfg.server.bind}  # acked
         assert learner.checkpoint_now().name == "ckpt-000000020.safetensors"  # a clean stop
         first = checkpoint_versions(run_dir)
         assert first == {5: 1, 10: 2, 15: 3, 20: 4}
@@ -204,14 +204,14 @@ async def test_learner_trains_publishes_checkpoints_and_resumes(
 
         # Run 2: resumed, to 40 steps; it continues the step, version and counters.
         cfg2 = make_config(sock_dir, "learner.max_steps=40", "checkpoint.keep_last=10")
-        resumed = Learner(cfg2, run_dir, resume=True)
-        assert (resumed.trainer.step_count, resumed.trainer.version) == (20, 4)
+        resumed = Learner(learner_settings(cfg2), run_dir, resume=True)
+        assert (resumed.trainer.step_count, resumed.versions.current) == (20, 4)
         assert (resumed.games, resumed.positions) == (games_1, positions_1)
         assert resumed.replay.current_version == 4
         async with learning(resumed) as (task, _):
             await send_games(cfg2, 60, version=4, first_id=1000, seed=1)
             await asyncio.wait_for(asyncio.shield(task), 60)
-        assert resumed.trainer.step_count == 40 and resumed.trainer.version == 8
+        assert resumed.trainer.step_count == 40 and resumed.versions.current == 8
         assert server.versions.latest == 8
         both = {**first, **checkpoint_versions(run_dir)}
         assert {s: v for s, v in both.items() if s > 20} == {25: 5, 30: 6, 35: 7, 40: 8}
@@ -227,7 +227,7 @@ async def test_stop_between_publishes_checkpoints_a_new_version(
     # Weights trained past the last published version are not that version: a stop checkpoint
     # takes the next number, which the resumed run then serves.
     cfg = make_config(sock_dir, "checkpoint.keep_last=10")
-    learner = Learner(cfg, tmp_path)
+    learner = Learner(learner_settings(cfg), tmp_path)
     rng = np.random.default_rng(0)
     for _ in range(20):
         obs, policy, outcome, _ = random_game(rng)
@@ -240,8 +240,8 @@ async def test_stop_between_publishes_checkpoints_a_new_version(
     # No steps since: the same checkpoint and version again.
     assert learner.checkpoint_now() == path
     assert load_checkpoint(path).meta.version == 1
-    resumed = Learner(cfg, tmp_path, resume=True)
-    assert (resumed.trainer.step_count, resumed.trainer.version) == (3, 1)
+    resumed = Learner(learner_settings(cfg), tmp_path, resume=True)
+    assert (resumed.trainer.step_count, resumed.versions.current) == (3, 1)
     assert resumed.checkpoint_now() == path and load_checkpoint(path).meta.version == 1
     learner.runlog.close()
     resumed.runlog.close()
@@ -252,17 +252,18 @@ async def test_publisher_catches_up_late_and_restarted_servers(
     sock_dir: Path, tmp_path: Path
 ) -> None:
     cfg = make_config(sock_dir, "learner.publish_timeout_s=0.3")
-    learner = Learner(cfg, tmp_path)
+    learner = Learner(learner_settings(cfg), tmp_path)
     async with learning(learner) as (task, _):
         # No server yet: the learner trains anyway; its publishes time out.
         await send_games(cfg, 20, version=0)
         await wait_for(
-            lambda: learner.trainer.version >= 2 and not learner.replay.can_sample(BATCH), 60
+            lambda: learner.versions.current >= 2 and not learner.replay.can_sample(BATCH), 60
         )
-        await wait_for(lambda: learner.publisher.version == learner.trainer.version, 10)
+        await wait_for(lambda: learner.publisher.version == learner.versions.current, 10)
         assert not task.done()
-        latest = learner.trainer.version
-        assert learner.publisher.last_publish_ms == {}  # nothing acked
+        latest = learner.versions.current
+        assert learner.publisher.last_result is not None
+        assert learner.publisher.last_result.acked_ms == {}  # nothing acked
 
         # A server that starts late gets the latest version.
         async with serving(cfg) as late:
@@ -272,7 +273,7 @@ async def test_publisher_catches_up_late_and_restarted_servers(
         async with serving(cfg) as restarted:
             assert restarted.versions.latest == 0
             await wait_for(lambda: restarted.versions.latest == latest, 30)
-            assert learner.trainer.version == latest
+            assert learner.versions.current == latest
             # It serves that version's weights: those checkpointed when it was published.
             obs = GAME.encode_batch([GAME.initial_state(), GAME.from_moves([4])])
 

@@ -14,7 +14,15 @@ import numpy as np
 import pytest
 
 from azserve import Overloaded, VersionUnavailable
-from tests.conftest import NET, MakeClient, MakeServer, positions, wait_for, weights_blob
+from tests.conftest import (
+    NET,
+    MakeClient,
+    MakeControl,
+    MakeServer,
+    positions,
+    wait_for,
+    weights_blob,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,8 +44,11 @@ CHILD = textwrap.dedent(
 )
 
 
-async def test_killed_clients_pins_expire(make_server: MakeServer, make_client: MakeClient) -> None:
+async def test_killed_clients_pins_expire(
+    make_server: MakeServer, make_client: MakeClient, make_control: MakeControl
+) -> None:
     server = await make_server(version_grace_s=0.3)
+    ctl = await make_control(server.endpoint)
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, server.endpoint], stdout=subprocess.PIPE, text=True
     )
@@ -46,7 +57,7 @@ async def test_killed_clients_pins_expire(make_server: MakeServer, make_client: 
         line = await asyncio.wait_for(loop.run_in_executor(None, child.stdout.readline), 30)
         assert line.split() == ["pinned", "0"]
         control = await make_client(server.endpoint)
-        await control.load_weights(1, weights_blob(seed=1))
+        await ctl.load_weights(1, weights_blob(seed=1))
         await asyncio.sleep(1.5)  # well past the grace: only the lease keeps version 0
         status = await control.status()
         assert status["versions"]["resident"] == [0, 1]
@@ -74,15 +85,16 @@ async def test_killed_clients_pins_expire(make_server: MakeServer, make_client: 
 
 
 async def test_released_pins_let_old_version_go(
-    make_server: MakeServer, make_client: MakeClient
+    make_server: MakeServer, make_client: MakeClient, make_control: MakeControl
 ) -> None:
     server = await make_server(version_grace_s=0.2)
+    ctl = await make_control(server.endpoint)
     game = await make_client(server.endpoint, heartbeat_s=0.1, lease_s=30.0)
     control = await make_client(server.endpoint)
     with game.pin_latest() as v:
         assert v == 0
         await game.evaluate(positions(1)[0], v)
-        await control.load_weights(1, weights_blob(seed=1))
+        await ctl.load_weights(1, weights_blob(seed=1))
         await asyncio.sleep(0.6)
         assert (await control.status())["versions"]["resident"] == [0, 1]
     # The game ended: its pin is released at the next heartbeat, long before the lease.
@@ -91,20 +103,20 @@ async def test_released_pins_let_old_version_go(
 
 
 async def test_memory_budget_refuses_load_when_all_versions_needed(
-    make_server: MakeServer, make_client: MakeClient
+    make_server: MakeServer, make_client: MakeClient, make_control: MakeControl
 ) -> None:
     server = await make_server(max_versions=2, version_grace_s=0.0)
+    ctl = await make_control(server.endpoint)
     game = await make_client(server.endpoint, heartbeat_s=0.1, lease_s=30.0)
-    control = await make_client(server.endpoint)
     game.pin(0)
     await wait_for(lambda: server.versions.pinned() == {0: 1}, 5)
-    await control.load_weights(1, weights_blob(seed=1))
+    await ctl.load_weights(1, weights_blob(seed=1))
     # v0 pinned, v1 latest: a third version does not fit, and nothing may be evicted.
     with pytest.raises(Overloaded, match="cannot load another version"):
-        await control.load_weights(2, weights_blob(seed=2))
+        await ctl.load_weights(2, weights_blob(seed=2))
     assert server.versions.resident() == [0, 1]
     game.unpin(0)
     await wait_for(lambda: server.versions.pinned() == {}, 5)
-    loaded = await control.load_weights(2, weights_blob(seed=2))
+    loaded = await ctl.load_weights(2, weights_blob(seed=2))
     assert loaded.version == 2 and server.versions.resident() == [1, 2]
     np.testing.assert_equal(server.versions.latest, 2)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from azserve.errors import ConfigError
-from learner.replay import Replay, ReplayConfig
+from learner.config import ReplayConfig
+from learner.replay import Replay
 
 OBS = (2, 3, 3)
 A = 9

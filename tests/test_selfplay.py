@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from actors.config import ActorsConfig
 from actors.mcts import MCTSConfig
-from actors.selfplay import ActorsConfig, SelfPlay
+from actors.selfplay import SelfPlay
 from azserve import protocol as P
 from azserve.client import ClientConfig, EvalClient
-from tests.conftest import MakeServer, wait_for, weights_blob
+from tests.conftest import MakeControl, MakeServer, wait_for, weights_blob
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -102,8 +103,11 @@ async def test_trajectories_are_well_formed(make_server: MakeServer) -> None:
     assert len({traj.game_id for traj, *_ in sink.items}) == len(sink.items)
 
 
-async def test_games_keep_their_version_across_a_swap(make_server: MakeServer) -> None:
+async def test_games_keep_their_version_across_a_swap(
+    make_server: MakeServer, make_control: MakeControl
+) -> None:
     server = await make_server(version_grace_s=60.0)
+    ctl = await make_control(server.endpoint)
     client = CheckingClient(ClientConfig(server=server.endpoint))
     await client.start()
     control = EvalClient(ClientConfig(server=server.endpoint))
@@ -116,7 +120,7 @@ async def test_games_keep_their_version_across_a_swap(make_server: MakeServer) -
     try:
         await wait_for(lambda: len(sink.items) >= 6, 30)
         started_before = sp._next_game_id  # game ids below this began on version 0
-        await control.load_weights(1, weights_blob(seed=1))
+        await ctl.load_weights(1, weights_blob(seed=1))
         await wait_for(lambda: sum(t.version == 1 for t, *_ in sink.items) >= 12, 60)
         stop.set()
         await asyncio.wait_for(run, 30)

@@ -21,16 +21,18 @@ from azserve import (
     ClientConfig,
     EvalClient,
     InferenceServer,
+    InitialWeights,
     RemoteError,
     RequestTimeout,
     SyncClient,
     VersionUnavailable,
 )
-from azserve.backends import BackendConfig
+from azserve.backends import BackendConfig, make_backend
 from tests.conftest import (
     NET,
     GatedBackend,
     MakeClient,
+    MakeControl,
     MakeServer,
     Reference,
     ZmqSockets,
@@ -146,12 +148,17 @@ async def test_req_socket_with_empty_delimiter(
 
 
 async def test_versions_are_batched_apart(
-    make_server: MakeServer, make_client: MakeClient, zmq_sockets: ZmqSockets, ref: Reference
+    make_server: MakeServer,
+    make_client: MakeClient,
+    zmq_sockets: ZmqSockets,
+    ref: Reference,
+    make_control: MakeControl,
 ) -> None:
     # A long delay lets requests of all versions sit in the queues together.
     server = await make_server(max_queue_delay_us=20_000)
+    ctl = await make_control(server.endpoint)
     client = await make_client(server.endpoint)
-    loaded = await client.load_weights(1, weights_blob(seed=1))
+    loaded = await ctl.load_weights(1, weights_blob(seed=1))
     assert (loaded.version, loaded.latest, loaded.model) == (1, 1, "default")
 
     obs = positions(240, seed=5)
@@ -180,11 +187,12 @@ async def test_versions_are_batched_apart(
 
 
 async def test_weight_load_under_load(
-    make_server: MakeServer, make_client: MakeClient, ref: Reference
+    make_server: MakeServer, make_client: MakeClient, ref: Reference, make_control: MakeControl
 ) -> None:
     """No request fails across a swap; after the ack, new requests for the latest version get
     the new weights while requests pinned to the old version keep the old ones."""
     server = await make_server(max_queue_delay_us=500)
+    ctl = await make_control(server.endpoint)
     client = await make_client(server.endpoint)
     publisher = await make_client(server.endpoint)
     obs = positions(64, seed=6)
@@ -217,7 +225,7 @@ async def test_weight_load_under_load(
     client.pin(0)
     games = [asyncio.create_task(game(i, pinned=i % 2 == 0)) for i in range(32)]
     await wait_for(lambda: len(got["before"]) >= 200)
-    loaded = await publisher.load_weights(1, weights_blob(seed=1))
+    loaded = await ctl.load_weights(1, weights_blob(seed=1))
     acked = True
     assert loaded.latest == 1
     await wait_for(lambda: len(got["after"]) >= 200 and len(got["pinned"]) >= 400)
@@ -375,18 +383,19 @@ async def test_request_fails_clearly_when_no_server_comes_back(
 
 
 async def test_retirement_spares_versions_in_use(
-    make_server: MakeServer, make_client: MakeClient, ref: Reference
+    make_server: MakeServer, make_client: MakeClient, ref: Reference, make_control: MakeControl
 ) -> None:
     """With no grace, an unpinned old version is retired once idle, but never while a batch
     on it computes; a request for a retired version gets VersionUnavailable."""
     backend = GatedBackend()
     server = await make_server(backend=backend, version_grace_s=0.0)
+    ctl = await make_control(server.endpoint)
     client = await make_client(server.endpoint)
     obs = positions(3, seed=11)
     on_v0 = client.evaluate(obs, version=0)  # v0 is the latest: it cannot go yet
     await asyncio.wait_for(backend.entered.wait(), 5)
     for v in (1, 2):
-        await client.load_weights(v, weights_blob(seed=v))
+        await ctl.load_weights(v, weights_blob(seed=v))
     # v1 is idle and unpinned: retired at the next housekeeping pass, which spares v0.
     await wait_for(lambda: 1 not in server.versions)
     assert server.versions.resident() == [0, 2]
@@ -456,11 +465,17 @@ def test_serves_on_uvloop(ref: Reference) -> None:
 
     async def scenario() -> tuple[np.ndarray, list[tuple[np.ndarray, float]]]:
         server = InferenceServer(
-            server_config("tcp://127.0.0.1:*"), NET, BackendConfig(device="cpu")
+            server_config("tcp://127.0.0.1:*"),
+            NET.spec,
+            make_backend(NET, BackendConfig(device="cpu")),
         )
-        async with server, EvalClient(ClientConfig(server=server.endpoint)) as client:
-            obs = positions(100, seed=13)
-            return obs, await asyncio.gather(*(client.evaluate(o) for o in obs))
+        await server.start(InitialWeights(0, weights_blob(seed=NET.seed)))
+        try:
+            async with EvalClient(ClientConfig(server=server.endpoint)) as client:
+                obs = positions(100, seed=13)
+                return obs, await asyncio.gather(*(client.evaluate(o) for o in obs))
+        finally:
+            await server.aclose()
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         obs, results = runner.run(scenario())

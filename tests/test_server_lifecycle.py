@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from azserve import RequestTimeout, ServerClosed
+from azserve.errors import ComponentFailed
 from tests.conftest import (
     GatedBackend,
     MakeClient,
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.timeout(60)
 
 async def test_server_start_twice_raises(make_server: MakeServer) -> None:
     server = await make_server()
-    with pytest.raises(RuntimeError, match="cannot start: it is serving"):
+    with pytest.raises(RuntimeError, match="cannot start: it is running"):
         await server.start()
 
 
@@ -164,3 +165,51 @@ async def test_client_start_without_server_times_out(
 ) -> None:
     with pytest.raises(RequestTimeout, match=f"no server answered at {tcp_endpoint}"):
         await make_client(tcp_endpoint, timeout_s=0.5)
+
+
+async def test_a_dead_owner_task_fails_the_server_promptly(
+    make_server: MakeServer, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug that kills the receive task must not leave a deaf server reporting ``serving``:
+    the server fails, queued requests fail at once with a clear error, ``failed`` is set."""
+    backend = GatedBackend(hold_infer=True)
+    server = await make_server(backend=backend, max_queue_delay_us=0)
+    client = await make_client(server.endpoint, retry_after_s=600.0)
+    computing = client.evaluate(positions(1)[0])
+    await asyncio.wait_for(backend.entered.wait(), 5)  # one batch held in the backend
+    queued = [client.evaluate(o) for o in positions(2)]
+    await wait_for(lambda: server.status()["queued_rows"] == 2)
+
+    def boom(*_: object) -> None:
+        raise RuntimeError("bug in dispatch")
+
+    monkeypatch.setattr(server, "_dispatch", boom)
+    late = client.evaluate(positions(1)[0])  # its message reaches the broken dispatch
+    await asyncio.wait_for(server.lifecycle.failed.wait(), 5)
+    assert server.status()["state"] == "failed"
+    assert "bug in dispatch" in repr(server.lifecycle.error)
+    for fut in queued:
+        with pytest.raises(ServerClosed, match="server failed"):
+            await asyncio.wait_for(fut, 5)
+    backend.gate.set()  # the batch that was computing still completes and replies
+    await asyncio.wait_for(computing, 5)
+    late.cancel()
+
+
+async def test_a_dead_client_task_fails_its_pending_calls_at_once(
+    make_server: MakeServer, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the reply handler fails every pending evaluation now, not 30 s later."""
+    server = await make_server()
+    client = await make_client(server.endpoint, request_timeout_s=30.0)
+
+    def boom(*_: object) -> None:
+        raise RuntimeError("bug in reply handler")
+
+    monkeypatch.setattr(client, "_on_reply", boom)
+    fut = client.evaluate(positions(1)[0])
+    with pytest.raises(ComponentFailed, match="EvalClient failed.*bug in reply handler"):
+        await asyncio.wait_for(fut, 5)
+    assert client.lifecycle.state.value == "failed"
+    with pytest.raises(ServerClosed, match="EvalClient is failed"):
+        client.evaluate(positions(1)[0])

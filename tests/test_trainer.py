@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from azserve.errors import ConfigError
-from learner.network import NetConfig
+from azserve.model.spec import NetConfig
+from learner.config import TrainerConfig
 from learner.replay import Batch
-from learner.trainer import Trainer, TrainerConfig, lr_at
+from learner.trainer import Trainer, lr_at
+from learner.versions import VersionCounter
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -98,14 +100,13 @@ def test_amp_is_ignored_on_cpu() -> None:
     assert t.step(fixed_batch(0))["loss"] > 0
 
 
-def test_publish_due_and_versions() -> None:
-    t = Trainer(NET, cfg(publish_every=2))
-    assert not t.publish_due
-    t.step(fixed_batch(0))
-    assert not t.publish_due
-    t.step(fixed_batch(0))
-    assert t.publish_due
-    assert t.bump_version() == 1 and t.version == 1
+def test_version_counter_bumps_once_per_publish_and_settles_a_stop() -> None:
+    v = VersionCounter(publish_every=2)
+    assert [v.due(s) for s in (0, 1, 2, 3, 4)] == [False, False, True, False, True]
+    assert v.bump(2) == 1 and not v.due(2)  # one number per step, however often asked
+    assert v.settle(2) == 1  # a stop right after a publish keeps its number
+    assert v.settle(3) == 2 and v.named_step == 3  # weights trained past it take the next
+    assert v.settle(3) == 2
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
@@ -120,11 +121,10 @@ def test_resume_from_state_dict_is_exact(optimizer: str) -> None:
     first = Trainer(NET, c, symmetries=mirror)
     for b in batches[:3]:
         first.step(b)
-    first.bump_version()
     state = copy.deepcopy(first.state_dict())
     resumed = Trainer(NET, c, symmetries=mirror)
     resumed.load_state_dict(state)
-    assert (resumed.step_count, resumed.version) == (3, 1)
+    assert resumed.step_count == 3
     for b in batches[3:]:
         resumed.step(b)
 

@@ -13,17 +13,14 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from actors.trajectory import (
-    FileSink,
-    NullSink,
-    SinkConfig,
-    TrajectorySender,
-    open_sink,
-    read_trajectory_file,
-)
+from actors.config import ActorsConfig
+from actors.main import open_sink
+from actors.sender import TrajectorySender
+from actors.sinks import FileSink, NullSink, read_trajectory_file
 from azserve.errors import ProtocolError, ServerClosed
 from azserve.protocol import ErrorReply, EvalRequest, Trajectory, TrajectoryAck, decode, encode
-from learner.receiver import DuplicateFilter, ReceiverConfig, TrajectoryReceiver
+from learner.config import LearnerConfig
+from learner.receiver import DuplicateFilter, TrajectoryReceiver
 
 OBS = (2, 3, 3)
 A = 9
@@ -82,12 +79,12 @@ def receiver(
     bind_retry_s: float = 2.0,
     **kw: object,
 ) -> TrajectoryReceiver:
-    cfg = ReceiverConfig(endpoint=endpoint, close_linger_ms=0, bind_retry_s=bind_retry_s)
+    cfg = LearnerConfig(bind=endpoint, close_linger_ms=0, bind_retry_s=bind_retry_s)
     return TrajectoryReceiver(cfg, OBS, A, learner, game="tictactoe", context=ctx, **kw)  # type: ignore[arg-type]
 
 
 def sender(ctx: zmq.asyncio.Context, endpoint: str, **kw: object) -> TrajectorySender:
-    cfg = SinkConfig(endpoint=endpoint, **{"resend_after_s": 0.2, "drain_timeout_s": 2.0, **kw})  # type: ignore[arg-type]
+    cfg = ActorsConfig(learner=endpoint, **{"resend_after_s": 0.2, "drain_timeout_s": 2.0, **kw})  # type: ignore[arg-type]
     return TrajectorySender(cfg, context=ctx)
 
 
@@ -337,7 +334,7 @@ async def test_callback_error_stops_the_receiver_and_is_reraised(
         raise KeyError("learner bug")
 
     rx = TrajectoryReceiver(
-        ReceiverConfig(endpoint=endpoint, close_linger_ms=0), OBS, A, broken, context=ctx
+        LearnerConfig(bind=endpoint, close_linger_ms=0), OBS, A, broken, context=ctx
     )
     await rx.start()
     assert rx.endpoint is not None
@@ -391,10 +388,10 @@ async def test_null_sink_counts_and_open_sink_picks(tmp_path: Path) -> None:
         assert (s.sent, s.acked, s.positions, s.pending) == (2, 2, 6, 0)
     with pytest.raises(ServerClosed):
         await sink.send(*traj(2))
-    assert isinstance(open_sink(SinkConfig()), NullSink)
-    assert isinstance(open_sink(SinkConfig(path=str(tmp_path / "x.azt"))), FileSink)
+    assert isinstance(open_sink(ActorsConfig(sink="null")), NullSink)
+    assert isinstance(open_sink(ActorsConfig(sink="file", file=str(tmp_path / "x.azt"))), FileSink)
     assert isinstance(
-        open_sink(SinkConfig(endpoint="tcp://127.0.0.1:1", path="x")), TrajectorySender
+        open_sink(ActorsConfig(learner="tcp://127.0.0.1:1", file="x")), TrajectorySender
     )
 
 
@@ -405,7 +402,7 @@ async def test_full_zeromq_queue_is_retried_when_the_learner_comes(
     tight = zmq.asyncio.Context()
     tight.setsockopt(zmq.SNDHWM, 1)  # ZeroMQ's own queue takes one message: the rest must wait
     try:
-        tx = TrajectorySender(SinkConfig(endpoint=ep, resend_after_s=5.0), context=tight)
+        tx = TrajectorySender(ActorsConfig(learner=ep, resend_after_s=5.0), context=tight)
         await tx.start()
         for i in range(6):
             await tx.send(*traj(i))

@@ -32,8 +32,9 @@ from azserve.errors import (
     VersionUnavailable,
     WeightsError,
 )
-from azserve.weights import state_dict_to_bytes
-from learner.network import NetConfig, build_net
+from azserve.model.network import build_net
+from azserve.model.spec import NetConfig
+from azserve.model.weights import state_dict_to_bytes
 from tests.conftest import MakeClient, MakeServer
 from tests.conftest import positions as server_positions
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from azserve.backends.base import Backend, BackendConfig
-from learner.network import NetConfig
+from azserve.model.spec import NetConfig
 
 __all__ = ["Backend", "BackendConfig", "make_backend"]
 

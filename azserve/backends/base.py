@@ -74,7 +74,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def infer(self, version: int, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """obs ``[B, C, H, W]`` uint8 (or float32) -> (logits ``[B, A]`` float32, value ``[B]`` float32)."""
+        """obs ``[B, C, H, W]`` uint8 (or float32) -> (logits ``[B, A]`` float32, value ``[B]``
+        float32). A version that is not loaded raises ``VersionUnavailable``."""
 
     @abc.abstractmethod
     def version_bytes(self, version: int) -> int:

@@ -14,20 +14,11 @@ import numpy as np
 import torch
 
 from azserve.backends.base import Backend, BackendConfig
-from azserve.errors import WeightsError
-from azserve.weights import bytes_to_state_dict
-from learner.network import NetConfig, build_net, param_bytes
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise WeightsError(f"backend.device={name!r} but CUDA is not available")
-    return dev
+from azserve.errors import VersionUnavailable
+from azserve.model.device import DTYPES, resolve_device
+from azserve.model.network import build_net, param_bytes
+from azserve.model.spec import NetConfig
+from azserve.model.weights import bytes_to_state_dict, load_strict
 
 
 class _Runner:
@@ -45,8 +36,8 @@ class TorchBackend(Backend):
     def __init__(self, net: NetConfig, cfg: BackendConfig) -> None:
         self.net_cfg = net
         self.cfg = cfg
-        self.device = resolve_device(cfg.device)
-        self.dtype = _DTYPES[cfg.dtype]
+        self.device = resolve_device(cfg.device, "backend.device")
+        self.dtype = DTYPES[cfg.dtype]
         self.max_inflight = 1  # one compute thread; the next batch forms while this one runs
         self._runners: dict[int, _Runner] = {}
         self._compute: ThreadPoolExecutor | None = None
@@ -74,10 +65,7 @@ class TorchBackend(Backend):
 
     def _build_from_state(self, state: dict[str, torch.Tensor]) -> _Runner:
         module = build_net(self.net_cfg, seed=None)
-        try:
-            module.load_state_dict(state, strict=True)
-        except RuntimeError as exc:
-            raise WeightsError(f"weights do not fit the configured net: {exc}") from exc
+        load_strict(module, state)
         module = module.to(self.device).eval()
         if self.dtype != torch.float32:
             module = module.to(self.dtype)
@@ -120,7 +108,7 @@ class TorchBackend(Backend):
         assert self._compute is not None, "start() first"
         runner = self._runners.get(version)
         if runner is None:
-            raise KeyError(version)
+            raise VersionUnavailable("VersionUnavailable", f"version {version} is not loaded")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._compute, self._infer_sync, runner, obs)
 

@@ -35,8 +35,9 @@ from azserve.errors import (
     VersionUnavailable,
     WeightsError,
 )
-from azserve.weights import bytes_to_state_dict
-from learner.network import NetConfig, build_net
+from azserve.model.network import build_net
+from azserve.model.spec import NetConfig
+from azserve.model.weights import bytes_to_state_dict, load_strict
 
 _CHANNEL_ARGS = [
     ("grpc.max_send_message_length", 2**31 - 1),
@@ -223,12 +224,7 @@ class TritonBackend(Backend):
 
     def _check_weights(self, blob: bytes) -> None:
         """The same strict check the torch backend does, so bad weights fail here, not on Triton."""
-        try:
-            build_net(self.net_cfg, seed=None).load_state_dict(
-                bytes_to_state_dict(blob), strict=True
-            )
-        except RuntimeError as exc:
-            raise WeightsError(f"weights do not fit the configured net: {exc}") from exc
+        load_strict(build_net(self.net_cfg, seed=None), bytes_to_state_dict(blob))
 
     async def unload(self, version: int) -> None:
         """Drop the version directory and reload the model with the remaining versions.

@@ -29,8 +29,11 @@ from torch import nn
 
 from azserve.backends.base import BackendConfig
 from azserve.errors import ConfigError, WeightsError
-from azserve.weights import atomic_write_bytes, bytes_to_state_dict
-from learner.network import AlphaZeroNet, NetConfig, build_net
+from azserve.files import atomic_write_bytes
+from azserve.model.device import DTYPES
+from azserve.model.network import AlphaZeroNet, build_net
+from azserve.model.spec import NetConfig
+from azserve.model.weights import bytes_to_state_dict, load_strict
 
 MODEL_PY = Path(__file__).parent / "triton_model" / "model.py"
 """The python-backend model copied into every version directory."""
@@ -41,7 +44,6 @@ MAX_BATCH_SIZE = 4096
 ``max_batch_size`` is far below it); Triton rejects larger requests."""
 
 _AZSERVE_ROOT = Path(__file__).resolve().parents[2]
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -128,11 +130,8 @@ class _ScriptedNet(nn.Module):
 def torchscript_bytes(net: NetConfig, blob: bytes, dtype: str = "float32") -> bytes:
     """safetensors weights -> a scripted ``_ScriptedNet`` (device-free: libtorch places it)."""
     module = build_net(net, seed=None)
-    try:
-        module.load_state_dict(bytes_to_state_dict(blob), strict=True)
-    except RuntimeError as exc:
-        raise WeightsError(f"weights do not fit the configured net: {exc}") from exc
-    wrapped = _ScriptedNet(module.to(_DTYPES[dtype]).eval(), _DTYPES[dtype])
+    load_strict(module, bytes_to_state_dict(blob))
+    wrapped = _ScriptedNet(module.to(DTYPES[dtype]).eval(), DTYPES[dtype])
     buf = io.BytesIO()
     with warnings.catch_warnings():
         # torch deprecates TorchScript, but it is the format pytorch_libtorch loads.

@@ -25,14 +25,12 @@ import torch
 import triton_python_backend_utils as pb_utils
 
 WEIGHTS_FILE = "model.safetensors"
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _import_azserve(root: str) -> None:
-    """Make ``learner`` and ``azserve`` importable (the stub's sys.path may lack the repo)."""
+    """Make ``azserve`` importable (the stub's sys.path may lack the repo)."""
     try:
-        import azserve.weights  # noqa: F401
-        import learner.network  # noqa: F401
+        import azserve.model  # noqa: F401
     except ImportError:
         sys.path.insert(0, root)
 
@@ -44,8 +42,8 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         _import_azserve(params.get("azserve_root", ""))
-        from azserve.weights import bytes_to_state_dict
-        from learner.network import NetConfig, build_net
+        # Imported here, not at the top: the stub's sys.path may need the repo root first.
+        from azserve.model import DTYPES, NetConfig, build_net, bytes_to_state_dict, load_strict
 
         threads = int(params.get("threads", "0"))
         if threads > 0:
@@ -54,12 +52,12 @@ class TritonPythonModel:
             self.device = torch.device(f"cuda:{args['model_instance_device_id']}")
         else:
             self.device = torch.device("cpu")
-        self.dtype = _DTYPES[params.get("dtype", "float32")]
+        self.dtype = DTYPES[params.get("dtype", "float32")]
 
         net_cfg = NetConfig(**json.loads(params["net"]))
         weights = Path(args["model_repository"]) / args["model_version"] / WEIGHTS_FILE
         net = build_net(net_cfg, seed=None)
-        net.load_state_dict(bytes_to_state_dict(weights.read_bytes()), strict=True)
+        load_strict(net, bytes_to_state_dict(weights.read_bytes(), str(weights)))
         self.net = net.to(self.device, self.dtype).eval()
         # Warm up here: Triton reports the version READY only after initialize returns, so the
         # first real request pays no allocation cost.

@@ -1,0 +1,47 @@
+"""The actors' config section (torch-free, like everything in ``actors``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from azserve.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ActorsConfig:
+    """Self-play processes and where their finished games go."""
+
+    processes: int = 1
+    """Actor processes that ``train``/``launch`` start (each runs ``games`` coroutines)."""
+    games: int = 256
+    """Concurrent game coroutines per process: enough leaves in flight for large batches."""
+    sink: Literal["learner", "file", "null"] = "learner"
+    """Where finished games go: the learner endpoint, a local file, or only counted."""
+    learner: str = ""
+    """The learner's trajectory endpoint (sink = learner; empty: ``learner.bind``)."""
+    file: str = "trajectories.azt"
+    """Output file (sink = file)."""
+    max_outbox: int = 512
+    """Unacknowledged trajectories kept for resending; a full outbox makes games wait."""
+    resend_after_s: float = 5.0
+    """Resend a trajectory not acked after this long (doubling on each resend)."""
+    max_resend_after_s: float = 60.0
+    """Upper bound of the resend interval."""
+    drain_timeout_s: float = 5.0
+    """How long closing the sink waits for outstanding acks."""
+    max_games: int = 0
+    """Stop after this many finished games per process (0 = until stopped)."""
+    status_interval_s: float = 5.0
+    """Seconds between status lines (0 = none)."""
+    seed: int = 0
+    """Base seed; each process and game coroutine derives its own stream."""
+
+    def __post_init__(self) -> None:
+        if self.max_outbox < 1:
+            raise ConfigError(f"actors.max_outbox: must be >= 1, got {self.max_outbox}")
+        if not 0 < self.resend_after_s <= self.max_resend_after_s:
+            raise ConfigError(
+                f"actors.resend_after_s={self.resend_after_s}: must be in "
+                f"(0, actors.max_resend_after_s={self.max_resend_after_s}]"
+            )

@@ -1,0 +1,70 @@
+"""``azserve bench serve|selfplay|swap|mcts``: throughput measurements that print JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any, common: Any) -> None:
+    bench = sub.add_parser("bench", help="throughput benchmarks (JSON out)")
+    bsub = bench.add_subparsers(dest="bench", required=True)
+
+    p = bsub.add_parser("serve", help="server rows/s against the model's own rows/s, and peers")
+    common(p)
+    p.add_argument("--duration", type=float, default=10.0, help="seconds per measurement")
+    p.add_argument("--json", help="write the result here too")
+    p.add_argument("--server", help="target a running server at this endpoint")
+    p.add_argument("--processes", type=int, default=2, help="load processes")
+    p.add_argument("--coroutines", type=int, default=512, help="coroutines per load process")
+    p.add_argument(
+        "--peers",
+        default="naive,ray_serve,triton_single,triton_batched,azserve_triton",
+        help="comma-separated peers to run side by side ('' = none)",
+    )
+    p.add_argument(
+        "--sweep", action="store_true", help="vary clients, max_batch_size, max_queue_delay_us"
+    )
+    p.add_argument("--plot", help="throughput-latency plot (PNG) for --sweep")
+    p.set_defaults(run=_run("azserve.app.bench.serve"))
+
+    p = bsub.add_parser("selfplay", help="full self-play throughput and the bottleneck side")
+    common(p)
+    p.add_argument("--duration", type=float, default=30.0, help="seconds of self-play measured")
+    p.add_argument("--json", help="write the result here too")
+    p.add_argument("--learner", action="store_true", help="run the learner too")
+    p.add_argument("--sweep", help="e.g. sims=25,50,100,200")
+    p.set_defaults(run=_run("azserve.app.bench.selfplay"))
+
+    p = bsub.add_parser("swap", help="latency before, during and after repeated weight swaps")
+    common(p)
+    p.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
+    p.add_argument("--swaps", type=int, default=10, help="weight swaps during the swap phase")
+    p.add_argument("--processes", type=int, default=2, help="load processes")
+    p.add_argument("--coroutines", type=int, default=512, help="coroutines per load process")
+    p.add_argument("--json", help="write the result here too")
+    p.set_defaults(run=_run("azserve.app.bench.swap"))
+
+
+def _run(module: str) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        result = importlib.import_module(module).main(args)
+        emit(result, args.json)
+        return 0
+
+    return run
+
+
+def emit(result: dict[str, Any], path: str | None) -> None:
+    """Print the JSON result and write it to ``path`` when given."""
+    text = json.dumps(result, indent=2, default=float)
+    print(text, flush=True)
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text + "\n")
+        print(f"wrote {path}", file=sys.stderr)

@@ -1,0 +1,165 @@
+"""How good is the agent? Scores against perfect play and matches against other players.
+
+- Tic-tac-toe: fraction of all 4,520 reachable non-terminal positions where the agent's move is
+  optimal (exhaustive minimax), for the raw policy and for MCTS.
+- Connect Four: mistake rate per benchmark set on ``move_scores.tsv`` (a move outside
+  ``sign_optimal_columns`` changes the game-theoretic outcome), as in AlphaZero.jl's benchmark.
+- Matches: win/draw/loss against uniform random play and against an earlier version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from actors.games import Game, State, make_game
+from actors.games.solver import TicTacToeSolver
+from azserve.app.agent import Agent, analysis_mcts
+from azserve.app.schema import Config
+from azserve.model.weights import load_weights_file
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SET_NAMES = {
+    "Test_L3_R1": "End-Easy",
+    "Test_L2_R1": "Middle-Easy",
+    "Test_L2_R2": "Middle-Medium",
+    "Test_L1_R1": "Beginning-Easy",
+    "Test_L1_R2": "Beginning-Medium",
+    "Test_L1_R3": "Beginning-Hard",
+}
+
+
+def resolve_data_path(path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() or p.exists() else REPO_ROOT / p
+
+
+def tictactoe_optimality(agent: Agent, sims: int) -> dict[str, float]:
+    """Fractions of reachable non-terminal positions where the move is optimal."""
+    solver = TicTacToeSolver()
+    states = solver.reachable_nonterminal_states()
+    optimal = [solver.optimal_actions(s) for s in states]
+    out: dict[str, float] = {"positions": float(len(states))}
+    raw = agent.analyze_sync(states, 0)
+    out["policy_optimal"] = float(np.mean([a.move in o for a, o in zip(raw, optimal)]))
+    if sims > 0:
+        searched = agent.analyze_sync(states, sims)
+        out["mcts_optimal"] = float(np.mean([a.move in o for a, o in zip(searched, optimal)]))
+    return out
+
+
+def load_c4_benchmark(path: str, limit: int = 0) -> list[dict[str, Any]]:
+    """Rows of move_scores.tsv with zero-based ``moves`` and ``sign_optimal`` column sets."""
+    rows = []
+    with resolve_data_path(path).open() as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            rows.append(
+                {
+                    "moves": [int(c) - 1 for c in row["moves"]],
+                    "sign_optimal": {int(c) - 1 for c in row["sign_optimal_columns"].split(",")},
+                    "set": row["test_set"],
+                }
+            )
+            if limit and len(rows) >= limit:
+                break
+    return rows
+
+
+def connect4_mistakes(agent: Agent, path: str, sims: int, limit: int = 0) -> dict[str, Any]:
+    """Mistake rate per benchmark set (and overall), raw policy and with ``sims`` MCTS."""
+    rows = load_c4_benchmark(path, limit)
+    states = [agent.game.from_moves(r["moves"]) for r in rows]
+    out: dict[str, Any] = {"positions": len(rows)}
+    for label, n in (("policy", 0), ("mcts", sims)):
+        if label == "mcts" and sims <= 0:
+            continue
+        moves = [a.move for a in agent.analyze_sync(states, n)]
+        wrong = np.array([m not in r["sign_optimal"] for m, r in zip(moves, rows)])
+        sets = np.array([r["set"] for r in rows])
+        per_set = {SET_NAMES.get(s, s): float(wrong[sets == s].mean()) for s in sorted(set(sets))}
+        out[label] = {"overall": float(wrong.mean()), **per_set}
+    return out
+
+
+async def _play(
+    game: Game, players: list[Any], rng: np.random.Generator, opening_plies: int
+) -> float:
+    """One game; players[i] is (Agent, sims) or None (uniform random); the first
+    ``opening_plies`` moves are random so that deterministic agents play varied games.
+    Returns the first player's result."""
+    state: State = game.initial_state()
+    ply = 0
+    while not game.is_terminal(state):
+        p = players[game.to_play(state)]
+        if p is None or ply < opening_plies:
+            action = int(rng.choice(game.legal_actions(state)))
+        else:
+            agent, sims = p
+            action = (await agent.analyze([state], sims))[0].move
+        state = game.apply(state, action)
+        ply += 1
+    tv = game.terminal_value(state)
+    return tv if game.to_play(state) == 0 else -tv
+
+
+def match(
+    agent: Agent,
+    opponent: Agent | None,
+    games: int,
+    sims: int,
+    seed: int = 0,
+    opening_plies: int = 0,
+) -> dict[str, int]:
+    """``agent`` against ``opponent`` (None = uniform random), alternating colours; all games
+    run concurrently so their searches share batches. Returns agent's wins/draws/losses."""
+    game = agent.game
+
+    async def run() -> list[float]:
+        tasks = []
+        for i in range(games):
+            me, them = (agent, sims), (None if opponent is None else (opponent, sims))
+            players = [me, them] if i % 2 == 0 else [them, me]
+            # Game pairs share an opening (same seed), each side playing it once with each colour.
+            tasks.append(_play(game, players, np.random.default_rng([seed, i // 2]), opening_plies))
+        return await asyncio.gather(*tasks)
+
+    results = asyncio.run(run())
+    mine = [r if i % 2 == 0 else -r for i, r in enumerate(results)]
+    return {
+        "win": sum(r > 0 for r in mine),
+        "draw": sum(r == 0 for r in mine),
+        "loss": sum(r < 0 for r in mine),
+    }
+
+
+def evaluate_checkpoint(
+    cfg: Config, path: str | Path, full: bool, previous: str | Path | None = None
+) -> dict[str, Any]:
+    """Score one checkpoint: against perfect play (raw policy always, MCTS when ``full``), against
+    uniform random, and against ``previous`` (an earlier checkpoint) when given."""
+    game = make_game(cfg.game)
+    # Read both files now: during a run, retention may delete ``previous`` (the oldest kept)
+    # while the benchmark below computes.
+    agent = Agent(game, cfg.net, load_weights_file(path), analysis_mcts(cfg))
+    earlier = (
+        None
+        if previous is None
+        else Agent(game, cfg.net, load_weights_file(previous), analysis_mcts(cfg))
+    )
+    sims = cfg.eval.sims if full else 0
+    out: dict[str, Any] = {}
+    if cfg.game == "tictactoe":
+        out["tictactoe"] = tictactoe_optimality(agent, sims)
+    elif cfg.game == "connect4":
+        out["connect4"] = connect4_mistakes(agent, cfg.eval.c4_positions, sims, cfg.eval.c4_limit)
+    if cfg.eval.match_games:
+        out["vs_random"] = match(agent, None, cfg.eval.match_games, cfg.eval.match_sims)
+        if earlier is not None:
+            out["vs_previous"] = match(
+                agent, earlier, cfg.eval.match_games, cfg.eval.match_sims, opening_plies=2
+            )
+    return out

@@ -1,0 +1,191 @@
+"""The whole configuration: one section per component, each defined next to its component.
+
+``load_config(path, overrides)`` reads a TOML file from configs/, applies ``--set`` overrides,
+checks every key and value, and returns a frozen ``Config``. Each component receives only its
+own section (``client_config``, ``actors_config``, ``learner_settings`` cut them out, with the
+endpoints derived).
+
+Endpoints have two sources of truth: ``server.bind`` and ``learner.bind``. ``client.server``,
+``learner.servers`` and ``actors.learner`` follow them unless set (``endpoints``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actors.config import ActorsConfig
+from actors.mcts import MCTSConfig
+from azserve.app.config import apply_overrides, dump_toml, from_dict, read_toml, to_dict
+from azserve.auth import AuthConfig
+from azserve.backends.base import BackendConfig
+from azserve.client import ClientConfig
+from azserve.errors import ConfigError
+from azserve.model.spec import NetConfig
+from azserve.server.config import ServerConfig
+from learner.config import (
+    CheckpointConfig,
+    LearnerConfig,
+    LearnerSettings,
+    ReplayConfig,
+    TrainerConfig,
+)
+
+GAMES = ("tictactoe", "connect4")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation during and after training."""
+
+    sims: int = 50
+    """MCTS simulations per move for analysis and benchmark scoring."""
+    c_puct: float | None = None
+    """Analysis search: PUCT constant (None = ``mcts.c_puct``). A wider search than self-play's
+    finds the rare tactic the network's prior hides."""
+    fpu_reduction: float | None = None
+    """Analysis search: first-play urgency reduction (None = ``mcts.fpu_reduction``)."""
+    match_games: int = 20
+    """Games per match (against random and against an earlier version), colours alternating."""
+    match_sims: int = 25
+    """MCTS simulations per move in matches."""
+    c4_positions: str = "../shared/data/connect4/move_scores.tsv"
+    """Connect Four benchmark positions (relative paths are from the repository root)."""
+    c4_limit: int = 0
+    """Score only the first N benchmark positions (0 = all)."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """``azserve train``: the whole loop on one machine."""
+
+    minutes: float = 0.0
+    """Stop after this many minutes (0 = no time budget)."""
+    steps: int = 0
+    """Stop after this many learner steps (0 = no step budget)."""
+    games: int = 0
+    """Stop after this many self-play games in total (0 = no game budget)."""
+    restart_children: bool = False
+    """Restart a crashed child process (else a crash stops the run cleanly)."""
+    max_restarts: int = 3
+    """Restarts allowed per child before the run stops."""
+    server_threads: int = 1
+    """torch threads of the inference server."""
+    learner_threads: int = 1
+    """torch threads of the learner."""
+    status_interval_s: float = 5.0
+    """Seconds between rows of the live status table."""
+    eval_every_s: float = 60.0
+    """Seconds between evaluations of the latest checkpoint (0 = only at the end)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything one run needs."""
+
+    game: str = "connect4"
+    """The game: ``tictactoe`` or ``connect4``."""
+    net: NetConfig = field(default_factory=NetConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    mcts: MCTSConfig = field(default_factory=MCTSConfig)
+    actors: ActorsConfig = field(default_factory=ActorsConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        if self.game not in GAMES:
+            raise ConfigError(f"game: unknown game {self.game!r} (known: {', '.join(GAMES)})")
+        if self.client.model != self.server.model:
+            raise ConfigError(
+                f"client.model={self.client.model!r} differs from server.model={self.server.model!r}"
+            )
+        if self.backend.kind == "triton" and self.backend.keep_versions < self.server.max_versions:
+            raise ConfigError(
+                f"backend.keep_versions={self.backend.keep_versions} is below server.max_versions="
+                f"{self.server.max_versions}: Triton would drop versions games are pinned to"
+            )
+        if self.client.max_rows > self.server.max_batch_size:
+            raise ConfigError(
+                f"client.max_rows={self.client.max_rows} exceeds server.max_batch_size="
+                f"{self.server.max_batch_size} (the server would refuse such requests)"
+            )
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where each role connects, derived once from the two binds."""
+
+    server: str
+    """What actors' EvalClients connect to (``client.server``, else ``server.bind``)."""
+    servers: tuple[str, ...]
+    """What the learner publishes to (``learner.servers``, else ``server.bind``)."""
+    learner: str
+    """Where actors send trajectories (``actors.learner``, else ``learner.bind``)."""
+
+
+def endpoints(cfg: Config) -> Endpoints:
+    """The derived endpoints of ``cfg`` (explicitly set keys win)."""
+    return Endpoints(
+        server=cfg.client.server or cfg.server.bind,
+        servers=cfg.learner.servers or (cfg.server.bind,),
+        learner=cfg.actors.learner or cfg.learner.bind,
+    )
+
+
+def client_config(cfg: Config) -> ClientConfig:
+    """The client section with its server endpoint resolved."""
+    return dataclasses.replace(cfg.client, server=endpoints(cfg).server)
+
+
+def actors_config(cfg: Config) -> ActorsConfig:
+    """The actors section with the learner endpoint resolved."""
+    return dataclasses.replace(cfg.actors, learner=endpoints(cfg).learner)
+
+
+def learner_settings(cfg: Config) -> LearnerSettings:
+    """What the learner process needs, with the servers it publishes to resolved."""
+    return LearnerSettings(
+        game=cfg.game,
+        net=cfg.net,
+        replay=cfg.replay,
+        trainer=cfg.trainer,
+        checkpoint=cfg.checkpoint,
+        learner=dataclasses.replace(cfg.learner, servers=endpoints(cfg).servers),
+        auth=cfg.auth,
+        model=cfg.server.model,
+        run_config=to_dict(cfg),
+    )
+
+
+def load_config(path: str | os.PathLike[str] | None, overrides: list[str] = ()) -> Config:  # type: ignore[assignment]
+    """Read, override and check a config. Bad keys or values raise ``ConfigError``."""
+    data = read_toml(path) if path else {}
+    data = apply_overrides(data, list(overrides))
+    return from_dict(Config, data, "")
+
+
+def replace(cfg: Config, **sections: Any) -> Config:
+    """A copy of ``cfg`` with some sections (or fields of sections, as dicts) replaced."""
+    out: dict[str, Any] = {}
+    for name, value in sections.items():
+        current = getattr(cfg, name)
+        out[name] = dataclasses.replace(current, **value) if isinstance(value, dict) else value
+    return dataclasses.replace(cfg, **out)
+
+
+def save_config(cfg: Config, path: str | os.PathLike[str]) -> Path:
+    """Write the resolved config as TOML beside a run's outputs."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(dump_toml(to_dict(cfg)))
+    return p

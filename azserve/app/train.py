@@ -1,0 +1,371 @@
+"""``azserve train``: server, actor processes and learner on one machine, supervised.
+
+Children talk over ipc endpoints in a private temp directory. The supervisor shows a live
+status table, stops at the budget (minutes, steps or games) or on Ctrl-C, stopping the learner
+first so that it leaves a resumable checkpoint, evaluates checkpoints as they appear, and writes
+``report.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from azserve.app.schema import Config, replace, save_config
+from azserve.app.supervisor import Child, azserve_argv, child_env
+from azserve.errors import AzserveError
+from azserve.metrics import RateMeter
+from azserve.sync_client import SyncClient
+from learner.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+from learner.runlog import read_metrics
+
+log = logging.getLogger("azserve.app.train")
+
+
+@dataclass
+class Snapshot:
+    """What the status table shows, gathered from the learner's log and the server's status."""
+
+    elapsed_s: float = 0.0
+    step: int = 0
+    version: int = 0
+    games: int = 0
+    positions: int = 0
+    loss: float = float("nan")
+    reuse: float = 0.0
+    lag: float = 0.0
+    positions_per_s: float = 0.0
+    steps_per_s: float = 0.0
+    rows_per_s: float = 0.0
+    mean_batch: float = 0.0
+    inference_busy: float = 0.0
+    learner_busy: float = 0.0
+    bottleneck: str = "actor"
+    """As the learner's latest metrics row names it (``azserve.metrics.bottleneck``), so the
+    table and metrics.jsonl never disagree."""
+
+
+def resolve_for_run(cfg: Config, sock_dir: Path) -> Config:
+    """The run's config: private ipc endpoints, per-process torch threads, and the step budget
+    handed to the learner (which stops exactly there; the supervisor only sees logged rows)."""
+    # The two binds are the truth; the endpoints that follow them are cleared so they derive.
+    learner: dict[str, Any] = {
+        "bind": f"ipc://{sock_dir}/learner",
+        "servers": (),
+        "threads": cfg.train.learner_threads,
+    }
+    if cfg.train.steps:
+        learner["max_steps"] = cfg.train.steps
+    return replace(
+        cfg,
+        server={"bind": f"ipc://{sock_dir}/server"},
+        client={"server": ""},
+        backend={"threads": cfg.train.server_threads},
+        actors={"learner": "", "sink": "learner"},
+        learner=learner,
+    )
+
+
+class Training:
+    """One run in ``run_dir``."""
+
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool, progress: bool) -> None:
+        self.run_dir = run_dir
+        self.sock_dir = Path(tempfile.mkdtemp(prefix="azserve-"))
+        self.cfg = resolve_for_run(cfg, self.sock_dir)
+        self.resume = resume
+        self.progress = progress and sys.stdout.isatty()
+        self.children: list[Child] = []
+        self.t0 = time.monotonic()
+        self.snap = Snapshot()
+        self._rates = RateMeter()
+        self._stop_reason = ""
+        self._eval_thread: threading.Thread | None = None
+        self._evaluated: set[Path] = set()
+        self._server_rows = 0.0
+
+    # --- children ------------------------------------------------------------------------------
+
+    def _build_children(self) -> None:
+        cfg_path = save_config(self.cfg, self.run_dir / "config.toml")
+        logs = self.run_dir / "logs"
+        serve = ["serve", "--config", str(cfg_path)]
+        ckpt = latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir) if self.resume else None
+        if ckpt is not None:
+            # Serve the resumed weights from the start, so no game begins on random weights.
+            serve += [
+                "--checkpoint",
+                str(ckpt),
+                "--version",
+                str(load_checkpoint(ckpt).meta.version),
+            ]
+        learn = ["learn", "--config", str(cfg_path), "--run-dir", str(self.run_dir)]
+        if self.resume:
+            learn.append("--resume")
+        self.children = [
+            Child(
+                "server",
+                azserve_argv(*serve),
+                logs / "server.log",
+                child_env(self.cfg.train.server_threads),
+            ),
+            Child(
+                "learner",
+                azserve_argv(*learn),
+                logs / "learner.log",
+                child_env(self.cfg.train.learner_threads),
+            ),
+        ]
+        for i in range(self.cfg.actors.processes):
+            argv = azserve_argv("actors", "--config", str(cfg_path), "--id", f"actor-{i}")
+            self.children.append(Child(f"actor-{i}", argv, logs / f"actor-{i}.log", child_env(1)))
+
+    def run(self) -> int:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not self.resume and self._holds_run():
+            shutil.rmtree(self.sock_dir, ignore_errors=True)
+            raise AzserveError(
+                f"{self.run_dir} already holds a run: pass --resume to continue it, or pick a new --run-dir"
+            )
+        self._build_children()
+        # server first (actors wait for it), then the learner, then the actors
+        for child in self.children:
+            child.start()
+        print(
+            f"azserve train: {self.cfg.game}, run dir {self.run_dir}, logs in {self.run_dir / 'logs'}",
+            flush=True,
+        )
+        interrupted = False
+        previous = signal.signal(
+            signal.SIGINT, lambda *_: self._request_stop("interrupted (Ctrl-C)")
+        )
+        previous_term = signal.signal(signal.SIGTERM, lambda *_: self._request_stop("terminated"))
+        code = 0
+        try:
+            code = self._supervise()
+        finally:
+            # Handlers stay until the children are stopped: children run in their own sessions,
+            # so a second Ctrl-C that interrupted the shutdown would leave them running.
+            self._shutdown()
+            signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGTERM, previous_term)
+            interrupted = self._stop_reason.startswith("interrupted")
+        self._final_eval()
+        self._report()
+        shutil.rmtree(self.sock_dir, ignore_errors=True)
+        print(f"stopped: {self._stop_reason}; outputs in {self.run_dir}", flush=True)
+        return 130 if interrupted and code == 0 else code
+
+    def _holds_run(self) -> bool:
+        """Whether ``run_dir`` has outputs of an earlier run (config, metrics or checkpoints)."""
+        earlier = [self.run_dir / "config.toml", self.run_dir / "metrics.jsonl"]
+        return (
+            any(p.exists() for p in earlier)
+            or latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir) is not None
+        )
+
+    def _request_stop(self, reason: str) -> None:
+        if not self._stop_reason:
+            self._stop_reason = reason
+
+    def _supervise(self) -> int:
+        t = self.cfg.train
+        last_status = last_eval = time.monotonic()
+        while not self._stop_reason:
+            time.sleep(0.5)
+            for child in self.children:
+                code = child.poll()
+                if code is None:
+                    continue
+                if child.name == "learner" and code == 0:
+                    self._request_stop(
+                        f"step budget of {t.steps} reached" if t.steps else "learner finished"
+                    )
+                    break
+                print(
+                    f"\n{child.name} exited with code {code}; last log lines:\n{child.tail()}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if t.restart_children and child.restarts < t.max_restarts:
+                    child.restarts += 1
+                    log.warning("restarting %s (%d/%d)", child.name, child.restarts, t.max_restarts)
+                    child.start()
+                else:
+                    self._request_stop(f"{child.name} crashed (exit {code})")
+                    return 1
+            now = time.monotonic()
+            self._refresh(now)
+            if t.minutes and now - self.t0 >= t.minutes * 60:
+                self._request_stop(f"time budget of {t.minutes:g} min reached")
+            if t.steps and self.snap.step >= t.steps:
+                self._request_stop(f"step budget of {t.steps} reached")
+            if t.games and self.snap.games >= t.games:
+                self._request_stop(f"game budget of {t.games} reached")
+            if now - last_status >= t.status_interval_s:
+                last_status = now
+                self._update_rates(now)
+                self._show()
+            if t.eval_every_s and now - last_eval >= t.eval_every_s:
+                last_eval = now
+                self._start_eval(full=False)
+        return 0
+
+    def _shutdown(self) -> None:
+        by_name = {c.name: c for c in self.children}
+        # Actors first: their finished games drain to the learner, which is still acking. Then
+        # the learner (SIGINT: it finishes its step and writes a resumable checkpoint), then the
+        # server.
+        actors = [c for c in self.children if c.name.startswith("actor")]
+        for c in actors:
+            c.send(signal.SIGTERM)
+        for c in actors:
+            c.stop(timeout=20)
+        learner = by_name.get("learner")
+        if learner is not None and learner.poll() is None:
+            learner.stop(timeout=120, sig=signal.SIGINT)
+        if "server" in by_name:
+            by_name["server"].stop(timeout=20)
+        if self._eval_thread is not None:
+            self._eval_thread.join()
+
+    # --- status ----------------------------------------------------------------------------------
+
+    def _refresh(self, now: float) -> None:
+        s = self.snap
+        s.elapsed_s = now - self.t0
+        metrics = self.run_dir / "metrics.jsonl"
+        if metrics.exists():
+            rows = read_metrics(metrics)
+            if rows:
+                r = rows[-1]
+                s.step, s.version = int(r.get("step", 0)), int(r.get("version", 0))
+                s.games, s.positions = int(r.get("games", 0)), int(r.get("positions", 0))
+                s.loss, s.reuse, s.lag = (
+                    r.get("loss", s.loss),
+                    r.get("reuse", 0.0),
+                    r.get("mean_lag", 0.0),
+                )
+                s.learner_busy = r.get("learner_busy", 0.0)
+                s.inference_busy = r.get("inference_busy", 0.0)
+                s.bottleneck = r.get("bottleneck", s.bottleneck)
+        try:
+            with SyncClient(self.cfg.server.bind, self.cfg.server.model, timeout_s=1.0) as c:
+                st = c.status()
+        except AzserveError:
+            return
+        self._server_rows = st["rows"]
+        s.mean_batch = st["mean_batch"]
+
+    def _update_rates(self, now: float) -> None:
+        """Rates over the last status interval."""
+        s = self.snap
+        s.rows_per_s = self._rates.rate("rows", self._server_rows, now)
+        s.positions_per_s = self._rates.rate("positions", s.positions, now)
+        s.steps_per_s = self._rates.rate("steps", s.step, now)
+
+    def _show(self) -> None:
+        s, t = self.snap, self.cfg.train
+        budget = ""
+        if t.minutes:
+            budget = f"{min(1.0, s.elapsed_s / (t.minutes * 60)):4.0%} of {t.minutes:g} min"
+        elif t.steps:
+            budget = f"{min(1.0, s.step / t.steps):4.0%} of {t.steps} steps"
+        elif t.games:
+            budget = f"{min(1.0, s.games / t.games):4.0%} of {t.games} games"
+        lines = [
+            f"[{_bar(s, t)}] {budget}  elapsed {s.elapsed_s / 60:5.1f} min",
+            f"  games {s.games:>8}  positions {s.positions:>9}  step {s.step:>7}  version {s.version:>4}",
+            f"  self-play {s.positions_per_s:8.1f} pos/s   inference {s.rows_per_s:8.0f} rows/s "
+            f"(batch {s.mean_batch:5.1f}, busy {s.inference_busy:4.0%})   learner {s.steps_per_s:5.2f} steps/s (busy {s.learner_busy:4.0%})",
+            f"  loss {s.loss:6.3f}  reuse {s.reuse:5.2f}  policy lag {s.lag:4.2f}  bottleneck: {s.bottleneck}",
+        ]
+        if self.progress:
+            sys.stdout.write("\x1b[2K" + "\n\x1b[2K".join(lines) + f"\x1b[{len(lines) - 1}A\r")
+        else:
+            sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+
+    # --- evaluation and report -------------------------------------------------------------------
+
+    def _start_eval(self, full: bool) -> None:
+        if self._eval_thread is not None and self._eval_thread.is_alive():
+            return
+        found = list_checkpoints(self.run_dir / self.cfg.checkpoint.dir)
+        if not found or found[-1][1] in self._evaluated:
+            return
+        path = found[-1][1]
+        previous = found[0][1] if len(found) > 1 else None
+        self._evaluated.add(path)
+        self._eval_thread = threading.Thread(
+            target=self._evaluate, args=(path, previous, full), daemon=True
+        )
+        self._eval_thread.start()
+
+    def _evaluate(self, path: Path, previous: Path | None, full: bool) -> None:
+        import torch
+
+        from azserve.app.evaluate import evaluate_checkpoint
+
+        torch.set_num_threads(1)
+        t0 = time.monotonic()
+        try:
+            meta = load_checkpoint(path).meta
+            result = evaluate_checkpoint(self.cfg, path, full, previous)
+        except (AzserveError, OSError) as exc:  # e.g. a checkpoint pruned while the run goes on
+            log.warning("evaluation of %s skipped: %s", path.name, exc)
+            return
+        row = {
+            "time": time.time(),
+            "step": meta.step,
+            "version": meta.version,
+            "full": full,
+            "eval_s": time.monotonic() - t0,
+            **result,
+        }
+        with (self.run_dir / "eval.jsonl").open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        log.info("eval of step %d (v%d): %s", meta.step, meta.version, json.dumps(result))
+
+    def _final_eval(self) -> None:
+        path = latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir)
+        if path is None:
+            return
+        found = list_checkpoints(self.run_dir / self.cfg.checkpoint.dir)
+        print(f"final evaluation of {path.name} ...", flush=True)
+        self._evaluate(path, found[0][1] if len(found) > 1 else None, full=True)
+
+    def _report(self) -> None:
+        from azserve.app.report import write_report
+
+        try:
+            out = write_report(self.run_dir)
+            print(f"report: {out}", flush=True)
+        except (OSError, ValueError) as exc:
+            log.warning("no report: %s", exc)
+
+
+def _bar(s: Snapshot, t: Any, width: int = 24) -> str:
+    if t.minutes:
+        frac = s.elapsed_s / (t.minutes * 60)
+    elif t.steps:
+        frac = s.step / t.steps
+    elif t.games:
+        frac = s.games / t.games
+    else:
+        frac = 0.0
+    n = int(min(1.0, frac) * width)
+    return "#" * n + "." * (width - n)
+
+
+def run_training(cfg: Config, run_dir: Path, resume: bool = False, progress: bool = True) -> int:
+    return Training(cfg, run_dir, resume, progress).run()

@@ -1,0 +1,30 @@
+"""Bytes on disk and their checksums: atomic writes (temp file, fsync, rename) and SHA-256."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def checksum(data: bytes | memoryview) -> str:
+    """Hex SHA-256 of a weights blob: carried next to it on the wire, kept by the server."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to a temp file in the same directory, fsync, then rename over ``path``.
+    On any error (ENOSPC included) the temp file is removed and the old ``path`` is intact."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

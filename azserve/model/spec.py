@@ -1,0 +1,54 @@
+"""What a network looks like from outside: torch-free, so servers, clients and actors can
+describe a model without importing torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The contract a server checks requests against: one position is ``obs_shape`` planes of
+    ``obs_dtype``; the network answers ``num_actions`` policy logits and one value."""
+
+    obs_shape: tuple[int, int, int]
+    """(C, H, W) of one position."""
+    num_actions: int
+    """A: length of the policy logits."""
+    obs_dtype: str = "uint8"
+    """Wire dtype of observations (float32 is accepted too, for clients that send floats)."""
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """Shape of the network; the same section configures server, learner and analysis."""
+
+    in_channels: int = 2
+    """C: input planes per position."""
+    height: int = 6
+    """H: board rows."""
+    width: int = 7
+    """W: board columns."""
+    num_actions: int = 7
+    """A: size of the policy head."""
+    blocks: int = 5
+    """Residual blocks in the tower."""
+    channels: int = 64
+    """Convolution channels in the tower."""
+    policy_channels: int = 2
+    """Channels of the 1x1 convolution before the policy head's linear layer."""
+    value_channels: int = 1
+    """Channels of the 1x1 convolution before the value head."""
+    value_hidden: int = 64
+    """Hidden units of the value head."""
+    seed: int = 0
+    """Seed of the initial random weights: version 0 of every run, the one origin the learner
+    and a server started without a checkpoint share (``model.initial_weights``)."""
+
+    @property
+    def obs_shape(self) -> tuple[int, int, int]:
+        return (self.in_channels, self.height, self.width)
+
+    @property
+    def spec(self) -> ModelSpec:
+        return ModelSpec(obs_shape=self.obs_shape, num_actions=self.num_actions)

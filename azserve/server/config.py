@@ -1,0 +1,36 @@
+"""The inference server's config section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The inference server's socket, batching, versions and metrics."""
+
+    bind: str = "tcp://127.0.0.1:5555"
+    """ZeroMQ endpoint of the ROUTER socket (``tcp://HOST:PORT`` or ``ipc://PATH``); loopback by
+    default. The truth for ``client.server`` and ``learner.servers``, which follow it unless set."""
+    model: str = "default"
+    """Model name clients must send."""
+    max_batch_size: int = 256
+    """Most rows in one batch; also the most rows one request may carry."""
+    max_queue_delay_us: int = 2000
+    """How long the oldest queued request may wait for the batch to fill."""
+    max_queued_rows: int = 1 << 16
+    """Rows queued over all versions before new requests get an ``Overloaded`` error."""
+    max_versions: int = 8
+    """Weight versions resident at once."""
+    memory_budget_mb: float = 2048.0
+    """Memory all resident versions may use; a load past it (nothing evictable) fails."""
+    version_grace_s: float = 10.0
+    """An unpinned old version stays this long after its last request."""
+    max_lease_s: float = 600.0
+    """Longest lease a client may ask for: a dead client cannot pin a version for longer."""
+    metrics_port: int = 0
+    """Prometheus text endpoint port on ``metrics_host`` (0 = off)."""
+    metrics_host: str = "127.0.0.1"
+    """Address of the metrics endpoint."""
+    status_interval_s: float = 5.0
+    """Seconds between status lines (0 = none)."""

@@ -1,0 +1,338 @@
+"""The central dynamic-batching inference server: socket and dispatch.
+
+One ROUTER socket, owned by the receive task: each message is decoded and checked here, then
+handed to its owner: eval requests to the ``Scheduler`` (queues, batches, compute), weight loads
+and pins to the ``Residency`` (versions, leases, eviction). Status and ping are answered here.
+The receive, scheduler and housekeeping tasks are watched: if one dies the server fails (state
+``failed``, queued requests get ``ServerClosed``, ``lifecycle.failed`` is set for the process
+main) instead of reporting ``serving`` while deaf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zmq
+import zmq.asyncio
+
+from azserve import protocol as P
+from azserve.auth import AuthConfig, server_auth
+from azserve.backends.base import Backend
+from azserve.errors import AzserveError, RemoteError, WeightsError
+from azserve.lifecycle import Lifecycle, State
+from azserve.metrics import serve_metrics
+from azserve.model.spec import ModelSpec
+from azserve.server.config import ServerConfig
+from azserve.server.metrics import ServerMetrics
+from azserve.server.residency import Residency
+from azserve.server.scheduler import Scheduler
+from azserve.versions import VersionRegistry
+
+log = logging.getLogger("azserve.server")
+
+_OBS_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32))
+
+
+@dataclass(frozen=True)
+class InitialWeights:
+    """Weights a server starts with: safetensors bytes served as ``version``."""
+
+    version: int
+    blob: bytes
+
+
+class InferenceServer:
+    """``start()`` binds and serves; ``aclose()`` drains in-flight batches, fails queued requests
+    with ``ServerClosed``, then closes the socket. Also usable as ``async with``.
+
+    ``spec`` is what requests are checked against; ``backend`` computes (``make_backend``).
+    """
+
+    def __init__(
+        self,
+        cfg: ServerConfig,
+        spec: ModelSpec,
+        backend: Backend,
+        auth: AuthConfig | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        self.auth = auth or AuthConfig()
+        self.backend = backend
+        self.server_id = uuid.uuid4().hex[:12]
+        self.lifecycle = Lifecycle("server", self._on_failure)
+        self.metrics = ServerMetrics(
+            lambda: self.scheduler.queued_rows,
+            lambda: self.residency.latest,
+            lambda: len(self.residency.resident()),
+        )
+        # socket -> scheduler (eval) / residency (load, pins); each owns its state
+        self.scheduler = Scheduler(
+            cfg,
+            spec,
+            backend,
+            self.metrics,
+            reply=self._send,
+            fail=self._send_error,
+            served=lambda v, rows, now: self.residency.touch(v, rows, now),
+            latest=lambda: self.residency.latest,
+        )
+        self.residency = Residency(
+            cfg, backend, self.metrics, self.scheduler.busy_versions, self.scheduler.retire
+        )
+        self._ctx: zmq.asyncio.Context | None = None
+        self._sock: zmq.asyncio.Socket | None = None
+        self._metrics_server: asyncio.AbstractServer | None = None
+        self._authenticator: Any = None
+        self.endpoint = cfg.bind
+
+    @property
+    def versions(self) -> VersionRegistry:
+        """The resident versions and leases (read-only use; the residency owns them)."""
+        return self.residency.registry
+
+    @property
+    def state(self) -> str:
+        return "serving" if self.lifecycle.state is State.RUNNING else self.lifecycle.state.value
+
+    def status(self) -> dict[str, Any]:
+        """Versions, queue depths and counters (the ``status`` control reply)."""
+        return {
+            "server_id": self.server_id,
+            "state": self.state,
+            "model": self.cfg.model,
+            "versions": self.residency.registry.snapshot(),
+            "queued_rows": self.scheduler.queued_rows,
+            "queues": self.scheduler.queue_rows(),
+            **self.metrics.counters(),
+        }
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self, initial: InitialWeights | None = None) -> None:
+        """Load ``initial`` (if any; else the server holds nothing until a ``load``), bind,
+        start serving."""
+        self.lifecycle.begin_start()
+        await self.backend.start()
+        if initial is not None:
+            await self.residency.load_initial(initial.version, initial.blob)
+        self._ctx = zmq.asyncio.Context()
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        try:
+            self._authenticator = server_auth(self._ctx, sock, self.auth, self.cfg.bind)
+            sock.bind(self.cfg.bind)
+        except (zmq.ZMQError, AzserveError) as exc:
+            sock.close()
+            if self._authenticator is not None:  # its sockets would block term() for ever
+                self._authenticator.stop()
+            self._ctx.term()
+            self.lifecycle.state = State.CLOSED
+            await self.backend.aclose()
+            if isinstance(exc, AzserveError):
+                raise
+            raise AzserveError(f"server.bind={self.cfg.bind!r}: cannot bind: {exc}") from exc
+        self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._sock = sock
+        self.lifecycle.spawn(self._recv_loop(), "recv")
+        self.lifecycle.spawn(self.scheduler.run(), "schedule")
+        self.lifecycle.spawn(self._housekeeping(), "housekeeping")
+        if self.cfg.metrics_port:
+            self._metrics_server = await serve_metrics(
+                self.cfg.metrics_host, self.cfg.metrics_port, self.metrics.registry.render
+            )
+        self.lifecycle.started()
+        log.info(
+            "serving model %r on %s (latest version %d)",
+            self.cfg.model,
+            self.endpoint,
+            self.residency.latest,
+        )
+
+    def _on_failure(self, exc: BaseException) -> None:
+        self.scheduler.fail_queued("ServerClosed", str(exc))
+
+    async def __aenter__(self) -> InferenceServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self, drain_timeout_s: float = 10.0) -> None:
+        """Stop receiving, let running batches finish and reply, fail what is still queued."""
+        if not self.lifecycle.begin_close():
+            return
+        await self.lifecycle.cancel(["recv", "schedule"])
+        await self.scheduler.drain(drain_timeout_s)
+        self.scheduler.fail_queued("ServerClosed", "server is shutting down")
+        await self.lifecycle.cancel()
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+            await self._metrics_server.wait_closed()
+        if self._sock is not None:
+            self._sock.close(linger=100)  # let the ServerClosed replies go out
+        if self._authenticator is not None:
+            self._authenticator.stop()
+        if self._ctx is not None:
+            self._ctx.term()
+        await self.backend.aclose()
+        self.lifecycle.closed()
+        log.info("server closed")
+
+    # --- receive -------------------------------------------------------------------------------
+
+    async def _recv_loop(self) -> None:
+        assert self._sock is not None
+        while True:
+            frames = await self._sock.recv_multipart()
+            self._handle(frames)
+
+    def _handle(self, frames: list[bytes]) -> None:
+        """Decode one message and act on it. Never raises for bad input: it becomes an error
+        reply (or, when there is no one to answer, a counted drop)."""
+        if len(frames) < 2:
+            self.metrics.dropped.inc()
+            return
+        envelope, body = frames[:1], frames[1:]
+        if not body[0] and len(body) > 1:  # REQ-style envelope: identity, empty delimiter
+            envelope, body = frames[:2], frames[2:]
+        try:
+            msg, arrays = P.decode(body)
+        except AzserveError as exc:
+            self._send_error(envelope, P.request_id_of(body[0]), "BadRequest", str(exc))
+            return
+        try:
+            self._dispatch(envelope, msg, arrays)
+        except RemoteError as exc:
+            self._send_error(envelope, msg.id, exc.type, exc.message)
+
+    def _dispatch(self, envelope: list[bytes], msg: P.Message, arrays: list[np.ndarray]) -> None:
+        # Every request carries ``proto``; replies sent to the server do not (they fail below).
+        proto = getattr(msg, "proto", P.PROTOCOL_VERSION)
+        if proto != P.PROTOCOL_VERSION:
+            raise RemoteError(
+                "UnsupportedProtocol", f"proto {proto} (server speaks {P.PROTOCOL_VERSION})"
+            )
+        if isinstance(msg, P.EvalRequest):
+            self._on_eval(envelope, msg, arrays)
+        elif isinstance(msg, P.Ping):
+            self._send(
+                envelope, P.Pong(id=msg.id, latest=self.residency.latest, server_id=self.server_id)
+            )
+        elif isinstance(msg, P.PinUpdate):
+            self._check_model(msg.model)
+            self.residency.update_lease(msg.client, msg.pins, msg.lease_s, time.monotonic())
+            self._send(envelope, P.PinAck(id=msg.id, versions=self.residency.resident()))
+        elif isinstance(msg, P.StatusRequest):
+            self._send(envelope, P.StatusReply(id=msg.id, status=self.status()))
+        elif isinstance(msg, P.LoadWeights):
+            self._on_load(envelope, msg, arrays)
+        else:
+            raise RemoteError(
+                "BadRequest", f"op {type(msg).__name__} is not a request this server takes"
+            )
+
+    def _check_model(self, model: str) -> None:
+        if model != self.cfg.model:
+            raise RemoteError(
+                "UnknownModel", f"unknown model {model!r}; this server serves {self.cfg.model!r}"
+            )
+
+    def _on_eval(self, envelope: list[bytes], msg: P.EvalRequest, arrays: list[np.ndarray]) -> None:
+        self._check_model(msg.model)
+        if len(arrays) != 1:
+            raise RemoteError("BadRequest", f"eval takes exactly 1 array (obs), got {len(arrays)}")
+        obs = arrays[0]
+        want = self.spec.obs_shape
+        if obs.ndim != 4 or tuple(obs.shape[1:]) != want:
+            raise RemoteError(
+                "BadShape",
+                f"obs shape {list(obs.shape)} must be [rows, {', '.join(map(str, want))}]",
+            )
+        if obs.dtype not in _OBS_DTYPES:
+            raise RemoteError("BadDtype", f"obs dtype {obs.dtype.name} must be uint8 or float32")
+        rows = obs.shape[0]
+        if rows < 1 or rows > self.cfg.max_batch_size:
+            raise RemoteError(
+                "TooManyRows", f"{rows} rows; a request carries 1..{self.cfg.max_batch_size}"
+            )
+        if not self.lifecycle.running:
+            raise RemoteError("ServerClosed", "server is shutting down")
+        version = self.residency.resolve(msg.version)
+        self.scheduler.submit(envelope, msg.id, version, obs)
+
+    # --- weights -------------------------------------------------------------------------------
+
+    def _on_load(self, envelope: list[bytes], msg: P.LoadWeights, arrays: list[np.ndarray]) -> None:
+        self._check_model(msg.model)
+        if len(arrays) != 1 or arrays[0].dtype != np.uint8 or arrays[0].ndim != 1:
+            raise RemoteError(
+                "BadRequest", "load takes exactly 1 array: the safetensors blob as uint8 [nbytes]"
+            )
+        if msg.version < 0:
+            raise RemoteError("BadRequest", f"version must be >= 0, got {msg.version}")
+        self.lifecycle.spawn(
+            self._load(envelope, msg, arrays[0].tobytes()), f"load-v{msg.version}", owner=False
+        )
+
+    async def _load(self, envelope: list[bytes], msg: P.LoadWeights, blob: bytes) -> None:
+        t0 = time.monotonic()
+        try:
+            await self.residency.load(msg.version, blob, msg.sha256)
+        except WeightsError as exc:
+            self._send_error(envelope, msg.id, "BadWeights", str(exc))
+            return
+        except RemoteError as exc:
+            self._send_error(envelope, msg.id, exc.type, exc.message)
+            return
+        self._send(
+            envelope,
+            P.Loaded(
+                id=msg.id,
+                model=msg.model,
+                version=msg.version,
+                latest=self.residency.latest,
+                load_ms=(time.monotonic() - t0) * 1e3,
+            ),
+        )
+
+    # --- housekeeping --------------------------------------------------------------------------
+
+    async def _housekeeping(self) -> None:
+        last_status = time.monotonic()
+        while True:
+            await asyncio.sleep(0.5)
+            now = time.monotonic()
+            await self.residency.housekeep(now)
+            if self.cfg.status_interval_s and now - last_status >= self.cfg.status_interval_s:
+                last_status = now
+                log.info(self.status_line(now))
+
+    def status_line(self, now: float | None = None) -> str:
+        now = time.monotonic() if now is None else now
+        return self.metrics.status_line(
+            now, self.scheduler.queued_rows, self.residency.resident(), self.residency.latest
+        )
+
+    # --- send ----------------------------------------------------------------------------------
+
+    def _send(
+        self, envelope: list[bytes], msg: P.Message, arrays: tuple[np.ndarray, ...] = ()
+    ) -> None:
+        if self._sock is None or self._sock.closed:
+            return
+        # ROUTER sends never block (an unroutable peer is dropped), so the future completes at once.
+        self._sock.send_multipart(envelope + P.encode(msg, arrays), copy=False)
+
+    def _send_error(self, envelope: list[bytes], rid: int | None, type_: str, message: str) -> None:
+        self.metrics.errors.inc()
+        self._send(envelope, P.ErrorReply(id=rid, type=type_, message=message))

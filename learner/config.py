@@ -1,0 +1,174 @@
+"""The learner's config sections, torch-free so that the app can load every config without
+importing torch (an actor process never does)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from azserve.auth import AuthConfig
+from azserve.errors import ConfigError
+from azserve.model.spec import NetConfig
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Replay section of the learner config."""
+
+    capacity: int = 200_000
+    """Positions held; the oldest are overwritten first."""
+    max_policy_lag: int = 4
+    """Positions made by a version more than this many versions behind the current one are dropped."""
+    reuse_target: float = 4.0
+    """Samples trained per sample inserted that the rate limiter holds training to."""
+    min_size: int = 2_000
+    """Fresh positions needed before the first batch may be sampled."""
+    seed: int = 0
+    """Seed of the replay's own generator, used when ``sample`` is given none."""
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ConfigError(f"replay.capacity: must be >= 1, got {self.capacity}")
+        if self.max_policy_lag < 0:
+            raise ConfigError(f"replay.max_policy_lag: must be >= 0, got {self.max_policy_lag}")
+        if not self.reuse_target > 0:
+            raise ConfigError(f"replay.reuse_target: must be > 0, got {self.reuse_target}")
+        if not 0 <= self.min_size <= self.capacity:
+            raise ConfigError(f"replay.min_size: must be in [0, capacity], got {self.min_size}")
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """Trainer section of the learner config."""
+
+    batch_size: int = 256
+    """Positions per training step."""
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    """SGD with momentum (AlphaZero's choice) or AdamW."""
+    lr: float = 0.02
+    """Peak learning rate (reached after warmup)."""
+    momentum: float = 0.9
+    """SGD momentum; AdamW's beta1."""
+    adam_beta2: float = 0.999
+    """AdamW's beta2."""
+    nesterov: bool = False
+    """Nesterov momentum for SGD."""
+    weight_decay: float = 1e-4
+    """Decay of conv/linear weights (biases and batch-norm parameters are not decayed)."""
+    weight_decay_mode: Literal["optimizer", "loss"] = "optimizer"
+    """"optimizer": the optimizer's weight_decay (coupled L2 for SGD, decoupled for AdamW);
+    "loss": an explicit ``weight_decay/2 * ||w||^2`` term, reported in the loss as ``l2``."""
+    value_weight: float = 1.0
+    """Weight of the value MSE relative to the policy cross-entropy."""
+    lr_schedule: Literal["constant", "cosine", "step"] = "constant"
+    """Shape of the learning rate after warmup."""
+    total_steps: int = 100_000
+    """Cosine: steps over which lr decays from ``lr`` to ``lr * lr_final_ratio``."""
+    lr_final_ratio: float = 0.0
+    """Cosine: final lr as a fraction of ``lr``."""
+    lr_milestones: tuple[int, ...] = ()
+    """Step: steps at which lr is multiplied by ``lr_gamma``."""
+    lr_gamma: float = 0.1
+    """Step: factor applied at each milestone."""
+    warmup_steps: int = 0
+    """Steps of linear warmup from lr/warmup_steps to lr."""
+    grad_clip: float | None = None
+    """Clip the global gradient norm to this (None: no clipping; the norm is reported anyway)."""
+    amp: Literal["none", "bf16", "fp16"] = "none"
+    """Mixed precision on CUDA (fp16 adds a gradient scaler); ignored on CPU."""
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+    """Where to train; "auto" picks CUDA when available."""
+    publish_every: int = 100
+    """Training steps per published weights version."""
+    augment: bool = True
+    """Replace each sample by a random board symmetry (when the game provides symmetries)."""
+    seed: int = 0
+    """Seed of the trainer's numpy generator (sampling, augmentation); the initial weights
+    come from ``net.seed``."""
+
+    def __post_init__(self) -> None:
+        for key in ("batch_size", "total_steps", "publish_every"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"trainer.{key}: must be >= 1, got {getattr(self, key)}")
+        if not self.lr > 0:
+            raise ConfigError(f"trainer.lr: must be > 0, got {self.lr}")
+        if self.weight_decay < 0 or self.warmup_steps < 0:
+            raise ConfigError("trainer.weight_decay and trainer.warmup_steps must be >= 0")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ConfigError(f"trainer.grad_clip: must be > 0 or unset, got {self.grad_clip}")
+        if list(self.lr_milestones) != sorted(self.lr_milestones):
+            raise ConfigError(
+                f"trainer.lr_milestones: must be increasing, got {self.lr_milestones}"
+            )
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpoint section of the learner config."""
+
+    dir: str = "checkpoints"
+    """Directory of the checkpoint files (created when missing)."""
+    keep_last: int = 5
+    """The most recent checkpoints kept."""
+    keep_every: int = 0
+    """Also keep, for ever, checkpoints whose step is a multiple of this (0: none)."""
+
+    def __post_init__(self) -> None:
+        if self.keep_last < 1:
+            raise ConfigError(f"checkpoint.keep_last: must be >= 1, got {self.keep_last}")
+        if self.keep_every < 0:
+            raise ConfigError(f"checkpoint.keep_every: must be >= 0, got {self.keep_every}")
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """The learner process: where trajectories arrive and where weights go."""
+
+    bind: str = "tcp://127.0.0.1:5556"
+    """Endpoint the trajectory receiver binds (``tcp://host:port``, ``ipc://path``; port ``*``
+    picks one). The truth for ``actors.learner``, which follows it unless set."""
+    servers: tuple[str, ...] = ()
+    """Inference servers every new version is published to (empty: ``server.bind``)."""
+    publish_timeout_s: float = 60.0
+    """How long to wait for one server's ack before catching it up in the background."""
+    threads: int = 1
+    """torch intra-op threads for training on CPU (0 = torch's default)."""
+    status_interval_s: float = 5.0
+    """Seconds between status lines (0 = none)."""
+    log_every: int = 10
+    """Training steps between rows of metrics.jsonl."""
+    max_steps: int = 0
+    """Stop after this many training steps in total (0 = until stopped)."""
+    dedup_capacity: int = 1 << 17
+    """(actor, game_id) keys remembered to drop resent duplicates (about 100 bytes each)."""
+    max_message_bytes: int = 64 << 20
+    """Larger inbound trajectory messages make ZeroMQ drop the connection (protects memory)."""
+    close_linger_ms: int = 100
+    """How long closing waits to flush acks still queued (lost acks only cause resends)."""
+    bind_retry_s: float = 2.0
+    """Keep retrying a bind that finds the address in use this long: ZeroMQ releases a closed
+    socket's address asynchronously, so a receiver restarted on the same endpoint may wait."""
+
+    def __post_init__(self) -> None:
+        if self.dedup_capacity < 1:
+            raise ConfigError(f"learner.dedup_capacity: must be >= 1, got {self.dedup_capacity}")
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    """Everything one learner process needs, cut from the run's config by the app (so the
+    learner never imports the app's schema)."""
+
+    game: str
+    """The game name (``actors.games.make_game``)."""
+    net: NetConfig
+    replay: ReplayConfig
+    trainer: TrainerConfig
+    checkpoint: CheckpointConfig
+    learner: LearnerConfig
+    """With ``servers`` resolved (never empty)."""
+    auth: AuthConfig
+    model: str
+    """The servers' model name."""
+    run_config: dict[str, Any] = field(default_factory=dict)
+    """The run's whole resolved config, stored in every checkpoint."""
