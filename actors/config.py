@@ -30,6 +30,9 @@ class ActorsConfig:
     """Upper bound of the resend interval."""
     drain_timeout_s: float = 5.0
     """How long closing the sink waits for outstanding acks."""
+    version_wait_s: float = 30.0
+    """How long a game whose weights version is gone (a restarted server) waits for it to be
+    restored before the game is abandoned and counted; it never switches versions."""
     max_games: int = 0
     """Stop after this many finished games per process (0 = until stopped)."""
     status_interval_s: float = 5.0

@@ -6,6 +6,7 @@ Nothing here imports torch: an actor process is pure Python MCTS, numpy and Zero
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -24,6 +25,9 @@ from azserve.errors import ComponentFailed, RequestTimeout
 from azserve.lifecycle import stop_on_signals
 
 log = logging.getLogger("actors")
+
+SUMMARY_TAG = "actor summary:"
+"""Prefix of the JSON line an actor process logs when it ends."""
 
 
 def open_sink(
@@ -77,6 +81,18 @@ async def run_actors(
     if undelivered:
         log.warning("%d trajectories were not delivered", undelivered)
     log.info("actor %s done: %d games, %d positions", actor_id, stats.games, stats.positions)
+    sent = sink.stats()
+    # One machine-readable line: the supervisor's final summary adds these up over actors.
+    summary = {
+        "actor": actor_id,
+        "games": stats.games,
+        "abandoned": stats.abandoned,
+        "sent": sent.sent,
+        "acked": sent.acked,
+        "resent": sent.resent,
+        "undelivered": undelivered,
+    }
+    log.info("%s %s", SUMMARY_TAG, json.dumps(summary))
     return stats
 
 

@@ -10,16 +10,19 @@ import asyncio
 import logging
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from actors.config import ActorsConfig
-from actors.games import Game, make_game
-from actors.mcts import MCTS, MCTSConfig
+from actors.games import Game, State, make_game
+from actors.mcts import MCTS, MCTSConfig, SearchResult
 from actors.sinks import TrajectorySink
 from azserve import protocol as P
 from azserve.client import EvalClient
+from azserve.errors import RemoteError, RequestTimeout, ServerClosed, VersionUnavailable
 from azserve.metrics import RateMeter
 
 log = logging.getLogger("actors.selfplay")
@@ -40,6 +43,10 @@ class SelfPlayStats:
     results: dict[int, int] = field(default_factory=lambda: {1: 0, 0: 0, -1: 0})
     """First player's outcomes: +1 win, 0 draw, -1 loss."""
     loop_lag_ms: float = 0.0
+    abandoned: dict[str, int] = field(default_factory=dict)
+    """Games given up, by reason (``version_lost``, ``timeout``, a server error type)."""
+    version_waits: int = 0
+    """Searches that waited for their game's version to be restored."""
 
 
 @dataclass
@@ -55,14 +62,56 @@ class FinishedGame:
     resigned: bool
 
 
+class GameAbandoned(Exception):
+    """A game that cannot go on (``reason``); counted, never raised out of the process."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+async def search_on_version(
+    mcts: MCTS,
+    state: State,
+    evaluate: Callable[[np.ndarray], Any],
+    wait_s: float,
+    stats: SelfPlayStats,
+) -> tuple[MCTS, SearchResult]:
+    """One move's search on the game's pinned version. If the server lost that version (it
+    restarted), the search waits, bounded by ``wait_s``, for the learner to restore it, and
+    starts the move again with a fresh tree; it never moves to another version. Returns the
+    tree used (fresh after a retry) and the result; ``GameAbandoned`` when it cannot go on."""
+    deadline = None
+    while True:
+        try:
+            return mcts, await mcts.search(state, evaluate, add_noise=True)
+        except VersionUnavailable as exc:
+            now = time.monotonic()
+            deadline = deadline if deadline is not None else now + wait_s
+            if now >= deadline:
+                raise GameAbandoned("version_lost", str(exc)) from None
+            stats.version_waits += 1
+            await asyncio.sleep(min(0.5, max(0.0, deadline - now)))
+            # The failed search left virtual losses and partial statistics: start afresh.
+            mcts = MCTS(mcts.game, mcts.config, mcts.rng)
+        except RequestTimeout as exc:
+            raise GameAbandoned("timeout", str(exc)) from None
+        except ServerClosed as exc:  # the server said it is shutting down
+            raise GameAbandoned("server_closed", str(exc)) from None
+        except RemoteError as exc:  # Overloaded, BackendUnavailable, ...
+            raise GameAbandoned(exc.type, exc.message) from None
+
+
 async def play_game(
     game: Game,
     mcts_cfg: MCTSConfig,
     client: EvalClient,
     rng: np.random.Generator,
     stats: SelfPlayStats,
+    version_wait_s: float = 30.0,
 ) -> FinishedGame:
-    """Play one game against itself on the version pinned at its start."""
+    """Play one game against itself on the version pinned at its start. Raises
+    ``GameAbandoned`` when its version cannot be served (see ``search_on_version``)."""
     mcts = MCTS(game, mcts_cfg, rng)
     with client.pin_latest() as version:
         evaluate = lambda obs: client.evaluate(obs, version)  # noqa: E731 - binds the pin
@@ -73,7 +122,7 @@ async def play_game(
         resigner: int | None = None
         move = 0
         while not game.is_terminal(state):
-            res = await mcts.search(state, evaluate, add_noise=True)
+            mcts, res = await search_on_version(mcts, state, evaluate, version_wait_s, stats)
             stats.simulations += mcts_cfg.num_simulations
             stats.evaluations += res.num_evaluations
             mover = game.to_play(state)
@@ -187,11 +236,25 @@ class SelfPlay:
                 return
             game_id = self._next_game_id
             self._next_game_id += 1
-            finished = await play_game(self.game, self.mcts_cfg, self.client, rng, self.stats)
+            try:
+                finished = await play_game(
+                    self.game, self.mcts_cfg, self.client, rng, self.stats, self.cfg.version_wait_s
+                )
+            except GameAbandoned as exc:
+                if not self.client.lifecycle.running:
+                    raise  # the client is closed or broken: not one game's problem
+                self._abandoned(exc)
+                continue
             msg, arrays = to_message(finished, self.actor_id, game_id, self.game.name)
             await self.sink.send(msg, *arrays)
             if self.cfg.max_games and self.stats.games >= self.cfg.max_games:
                 self._done.set()
+
+    def _abandoned(self, exc: GameAbandoned) -> None:
+        n = self.stats.abandoned.get(exc.reason, 0) + 1
+        self.stats.abandoned[exc.reason] = n
+        if n & (n - 1) == 0:  # the 1st, 2nd, 4th, 8th ...: a storm stays a few lines
+            log.warning("game abandoned (%s, %d so far): %s", exc.reason, n, exc)
 
     async def _lag_monitor(self, period: float = 0.1) -> None:
         """Event-loop lag: how late a timer fires, smoothed."""
@@ -211,9 +274,11 @@ class SelfPlay:
             await asyncio.sleep(self.cfg.status_interval_s)
             s = self.stats
             now = time.monotonic()
+            sink = self.sink.stats()
             log.info(
                 "games/s %.2f  positions/s %.1f  sims/s %.0f  evals/s %.0f  in flight %d  loop lag %.1f ms  "
-                "games %d  latest v%d  W/D/L %d/%d/%d  resigned %d  false resign %d/%d",
+                "games %d  latest v%d  W/D/L %d/%d/%d  resigned %d  false resign %d/%d  "
+                "trajectories sent %d acked %d resent %d pending %d  abandoned %s",
                 rates.rate("games", s.games, now),
                 rates.rate("positions", s.positions, now),
                 rates.rate("simulations", s.simulations, now),
@@ -228,4 +293,9 @@ class SelfPlay:
                 s.resigned,
                 s.false_resign,
                 s.no_resign_games,
+                sink.sent,
+                sink.acked,
+                sink.resent,
+                sink.pending,
+                s.abandoned or "0",
             )

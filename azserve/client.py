@@ -417,6 +417,9 @@ class EvalClient:
 def _fail(fut: asyncio.Future[Any], err: BaseException) -> None:
     if not fut.done():
         fut.set_exception(err)
+        # A caller that gave up on this leaf (its search already failed on a sibling) never
+        # awaits it: its error is not news, so asyncio must not log it as never retrieved.
+        fut.exception()
 
 
 def _cancel(fut: asyncio.Future[Any]) -> None:

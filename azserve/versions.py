@@ -110,13 +110,25 @@ class VersionRegistry:
 
     # --- leases --------------------------------------------------------------------------------
 
-    def update_lease(self, client: str, pins: dict[int, int], lease_s: float, now: float) -> None:
-        """Replace ``client``'s pins; an empty map releases its lease."""
+    def update_lease(
+        self, client: str, pins: dict[int, int], lease_s: float, now: float, max_leases: int = 0
+    ) -> None:
+        """Replace ``client``'s pins; an empty map releases its lease. A new client past
+        ``max_leases`` (0: no cap) is refused with ``Overloaded``."""
         live = {v: n for v, n in pins.items() if n > 0}
+        if live and max_leases and client not in self._leases and len(self._leases) >= max_leases:
+            raise Overloaded(
+                "Overloaded", f"{len(self._leases)} clients hold leases (limit {max_leases})"
+            )
         if live:
             self._leases[client] = _Lease(pins=live, expires=now + lease_s)
         else:
             self._leases.pop(client, None)
+
+    def extend_leases(self, seconds: float) -> None:
+        """Push every lease's expiry back by ``seconds`` (time the server was not running)."""
+        for lease in self._leases.values():
+            lease.expires += seconds
 
     def expire_leases(self, now: float) -> list[str]:
         """Drop leases not renewed in time; returns the clients dropped."""

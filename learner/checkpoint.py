@@ -15,6 +15,7 @@ Layout of ``ckpt-<step:09d>.safetensors``:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
@@ -28,6 +29,8 @@ from safetensors import safe_open
 from azserve.errors import WeightsError
 from azserve.files import atomic_write_bytes
 from azserve.model.weights import state_dict_to_bytes
+
+log = logging.getLogger("learner.checkpoint")
 
 FORMAT = "azserve.checkpoint/1"
 """Value of the ``format`` metadata key; bumped on an incompatible layout change."""
@@ -111,6 +114,23 @@ def latest_checkpoint(directory: str | os.PathLike[str]) -> Path | None:
     """The checkpoint with the highest step, or None when there is none."""
     found = list_checkpoints(directory)
     return found[-1][1] if found else None
+
+
+def newest_readable_checkpoint(
+    directory: str | os.PathLike[str],
+) -> tuple[Checkpoint | None, list[Path]]:
+    """The newest checkpoint that reads, and the newer ones that did not: each of those is
+    renamed ``*.bad`` (set aside, kept for inspection, out of the retention count)."""
+    bad: list[Path] = []
+    for _, path in reversed(list_checkpoints(directory)):
+        try:
+            return load_checkpoint(path), bad
+        except WeightsError as exc:
+            aside = path.with_name(path.name + ".bad")
+            log.error("checkpoint %s is unreadable (%s): set aside as %s", path, exc, aside.name)
+            os.replace(path, aside)
+            bad.append(aside)
+    return None, bad
 
 
 def prune_checkpoints(

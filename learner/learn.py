@@ -18,10 +18,15 @@ import numpy as np
 import torch
 
 from actors.games import make_game
-from azserve.errors import ComponentFailed, ConfigError
+from azserve.errors import ComponentFailed, ConfigError, WeightsError
 from azserve.metrics import RateMeter, bottleneck
-from azserve.model.weights import state_dict_to_bytes
-from learner.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from azserve.model.weights import load_weights_file, state_dict_to_bytes
+from learner.checkpoint import (
+    list_checkpoints,
+    load_checkpoint,
+    newest_readable_checkpoint,
+    save_checkpoint,
+)
 from learner.config import LearnerSettings
 from learner.publisher import Publisher
 from learner.receiver import TrajectoryReceiver
@@ -52,6 +57,11 @@ class Learner:
             torch.set_num_threads(cfg.learner.threads)
         self.trainer = Trainer(cfg.net, cfg.trainer, symmetries=game.symmetries)
         self.versions = VersionCounter(cfg.trainer.publish_every)
+        self._lost_checkpoints = 0
+        self._unsaved = False
+        """A version was taken but its checkpoint could not be written (disk full): it is
+        retried every step, and the version is published only once it is on disk."""
+        self.checkpoint_failures = 0
         self.games = 0
         self.positions = 0
         if resume:
@@ -66,8 +76,15 @@ class Learner:
             game=cfg.game,
             auth=cfg.auth,
         )
+        # Games may be pinned to any version still fresh enough to train on, and a little
+        # older while they finish: keep those weights to restore them to a restarted server.
         self.publisher = Publisher(
-            list(cfg.learner.servers), cfg.model, cfg.auth, cfg.learner.publish_timeout_s
+            list(cfg.learner.servers),
+            cfg.model,
+            cfg.auth,
+            cfg.learner.publish_timeout_s,
+            keep_versions=cfg.replay.max_policy_lag + 2,
+            fetch=self._weights_of_version,
         )
         self.runlog = RunLog(self.run_dir)
         self._data = asyncio.Event()
@@ -82,11 +99,14 @@ class Learner:
         """Fraction of the last status interval spent training (not waiting for data)."""
 
     def _resume(self) -> None:
-        path = latest_checkpoint(self.ckpt_dir)
-        if path is None:
-            log.info("no checkpoint in %s: starting fresh", self.ckpt_dir)
+        ckpt, bad = newest_readable_checkpoint(self.ckpt_dir)
+        # Versions published after the newest good checkpoint may exist: skip past what the
+        # servers hold before publishing, so no number is used twice (see _skip_past_servers).
+        self._lost_checkpoints = len(bad)
+        if ckpt is None:
+            log.info("no readable checkpoint in %s: starting fresh", self.ckpt_dir)
             return
-        ckpt = load_checkpoint(path)
+        path = ckpt.meta.path
         self.trainer.load_state_dict(ckpt.trainer_state())
         self.versions.current, self.versions.named_step = ckpt.meta.version, ckpt.meta.step
         # Totals continue across restarts (train.games budgets and metrics rows count them).
@@ -98,6 +118,16 @@ class Learner:
             self.trainer.step_count,
             self.versions.current,
         )
+
+    def _weights_of_version(self, version: int) -> bytes | None:
+        """The published weights of ``version`` from its checkpoint, if one is kept."""
+        for _, path in reversed(list_checkpoints(self.ckpt_dir)):
+            try:
+                if load_checkpoint(path).meta.version == version:
+                    return state_dict_to_bytes(load_weights_file(path))
+            except (WeightsError, OSError):
+                continue  # unreadable or pruned meanwhile: look further
+        return None
 
     def _on_trajectory(
         self, msg: Any, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray
@@ -112,7 +142,10 @@ class Learner:
         await self.receiver.start()
         await self.publisher.start()
         try:
-            await _unless_stopped(self._publish(), stop)  # servers start on the current weights
+            if self._lost_checkpoints:
+                await self._skip_past_servers()
+            if not self._unsaved:  # servers start on the current weights
+                await _unless_stopped(self._publish(), stop)
             status = asyncio.create_task(self._status_loop(), name="learner-status")
             try:
                 await self._train_loop(stop)
@@ -158,10 +191,35 @@ class Learner:
             if self.versions.due(step):
                 self.versions.bump(step)
                 self.replay.set_current_version(self.versions.current)
+                self._unsaved = True
+            if self._unsaved:
                 # Checkpoint before publishing: a learner killed in between must not resume
                 # from an older checkpoint and publish different weights under this number.
-                await loop.run_in_executor(self._pool, self._checkpoint)
-                await _unless_stopped(self._publish(), stop)
+                # The number was never published, so a retry names this step's weights.
+                self.versions.named_step = step
+                if await loop.run_in_executor(self._pool, self._try_checkpoint):
+                    self._unsaved = False
+                    await _unless_stopped(self._publish(), stop)
+
+    async def _skip_past_servers(self) -> None:
+        """After resuming past unreadable checkpoints, servers may hold versions newer than
+        the one resumed: take a number above all of them, so none is ever used twice."""
+        latest = max(
+            (st["versions"]["latest"] for st in (await self.publisher.statuses()).values() if st),
+            default=-1,
+        )
+        if latest >= self.versions.current:
+            log.warning(
+                "servers hold v%d, newer than the resumed v%d (its checkpoint was lost): "
+                "continuing as v%d",
+                latest,
+                self.versions.current,
+                latest + 1,
+            )
+            self.versions.current = latest
+            self.versions.bump(self.trainer.step_count)
+            self.replay.set_current_version(self.versions.current)
+            self._unsaved = not self._try_checkpoint()
 
     async def _publish(self) -> None:
         blob = state_dict_to_bytes(self.trainer.model.state_dict())
@@ -176,6 +234,25 @@ class Learner:
             ms,
             "".join(f"; {s}: {why}" for s, why in result.failed.items()),
         )
+
+    def _try_checkpoint(self) -> bool:
+        """Checkpoint; a write error (ENOSPC, EIO, a read-only disk) is one log line and a
+        False, and training goes on (the caller retries at the next step)."""
+        try:
+            self._checkpoint()
+        except OSError as exc:
+            self.checkpoint_failures += 1
+            if self.checkpoint_failures & (self.checkpoint_failures - 1) == 0:
+                log.error(
+                    "checkpoint of v%d failed (%s, %d failures so far): training goes on, "
+                    "v%d is published once its checkpoint is written",
+                    self.versions.current,
+                    exc,
+                    self.checkpoint_failures,
+                    self.versions.current,
+                )
+            return False
+        return True
 
     def _checkpoint(self) -> Path:
         state = {**self.trainer.state_dict(), "games": self.games, "positions": self.positions}
@@ -197,6 +274,7 @@ class Learner:
 
     def row(self) -> dict[str, Any]:
         m = self.replay.metrics()
+        rx = self.receiver.stats()
         if not self.cfg.learner.status_interval_s:  # no status loop: busy since the start
             self.learner_busy = self.train_s / max(self.train_s + self.wait_s, 1e-9)
         return {
@@ -211,6 +289,12 @@ class Learner:
             "insert_rate": m.insert_rate,
             "sample_rate": m.sample_rate,
             "dropped_stale": m.dropped_stale,
+            "games_stored": rx.accepted,
+            "duplicates_dropped": rx.duplicates,
+            "trajectories_rejected": rx.rejected,
+            "games_by_version": {str(v): n for v, n in sorted(rx.by_version.items())},
+            "checkpoint_failures": self.checkpoint_failures,
+            "versions_restored": self.publisher.restored,
             "learner_busy": self.learner_busy,
             "inference_busy": self.inference_busy,
             "bottleneck": bottleneck(

@@ -3,7 +3,10 @@
 ``publish(version, blob)`` sends the safetensors bytes (with their checksum) to all servers at
 once over one ``ControlClient`` each, and returns which servers acked the version live. A
 background task watches each server's latest version (the control client's heartbeats) and
-re-sends the newest weights to a server that is behind: one that was down, or restarted.
+re-sends the newest weights to a server that is behind: one that was down, or restarted. It
+also restores older versions that live games are pinned to but a server lacks (a restarted
+server learns the pins from the games' heartbeats): the publisher keeps the weights of the
+last ``keep_versions`` versions, and ``fetch`` finds older ones (the learner's checkpoints).
 A server *ahead* of the learner (another learner's versions, or a learner that lost its
 checkpoints) is never published over: the learner says so instead of reporting a publish.
 """
@@ -13,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +47,17 @@ class Publisher:
         model: str = "default",
         auth: AuthConfig | None = None,
         timeout_s: float = 60.0,
+        keep_versions: int = 8,
+        fetch: Callable[[int], bytes | None] | None = None,
     ) -> None:
+        """``fetch(version)`` returns the weights of a version no longer kept in memory (or
+        None); it runs on a worker thread."""
         self.servers = list(servers)
+        self.keep_versions = max(1, keep_versions)
+        self._kept: OrderedDict[int, bytes] = OrderedDict()
+        self._fetch = fetch
+        self.restored = 0
+        """Pinned versions re-published to servers that had lost them."""
         self.timeout_s = timeout_s
         self.version = -1
         """The newest version handed to ``publish``."""
@@ -73,6 +87,9 @@ class Publisher:
     async def publish(self, version: int, blob: bytes) -> PublishResult:
         """Send ``version`` to every server; servers that fail are caught up later."""
         self.version, self._blob = version, blob
+        self._kept[version] = blob
+        while len(self._kept) > self.keep_versions:
+            self._kept.popitem(last=False)
         results = await asyncio.gather(*(self._send(s, version, blob) for s in self.servers))
         acked = {s: r for s, r in zip(self.servers, results) if isinstance(r, float)}
         failed = {s: r for s, r in zip(self.servers, results) if isinstance(r, str)}
@@ -91,11 +108,14 @@ class Publisher:
         replies = await asyncio.gather(*(one(c) for c in self._clients.values()))
         return dict(zip(self._clients, replies))
 
-    async def _send(self, server: str, version: int, blob: bytes) -> float | str:
-        """ms to the live ack, or why the server did not take ``version``."""
+    async def _send(
+        self, server: str, version: int, blob: bytes, restore: bool = False
+    ) -> float | str:
+        """ms to the live ack, or why the server did not take ``version`` (``restore``: an
+        older version that games on the server are pinned to)."""
         async with self._busy[server]:
             client = self._clients[server]
-            if client.latest > version:
+            if client.latest > version and not restore:
                 key = (server, client.latest)
                 if key not in self._warned_ahead:
                     self._warned_ahead.add(key)
@@ -118,8 +138,12 @@ class Publisher:
             return (time.monotonic() - t0) * 1e3
 
     async def _catch_up_loop(self) -> None:
+        ticks = 0
         while True:
             await asyncio.sleep(0.5)
+            ticks += 1
+            if ticks % 2 == 0:
+                await self._restore_pinned()
             for server, client in self._clients.items():
                 behind = client.server_id is not None and client.latest < self.version
                 if behind and not self._busy[server].locked():
@@ -130,3 +154,24 @@ class Publisher:
                         self.version,
                     )
                     await self._send(server, self.version, self._blob)
+
+    async def _restore_pinned(self) -> None:
+        """Re-publish versions that games on a server are pinned to but it no longer holds."""
+        if self.version < 0:
+            return
+        for server, status in (await self.statuses()).items():
+            if status is None:
+                continue
+            versions = status["versions"]
+            held = set(versions["resident"])
+            for v in sorted(int(k) for k in versions["pinned"]):
+                if v in held or v > self.version or self._busy[server].locked():
+                    continue
+                blob = self._kept.get(v)
+                if blob is None and self._fetch is not None:
+                    blob = await asyncio.to_thread(self._fetch, v)
+                if blob is None:
+                    continue  # not ours to restore: those games will be abandoned
+                log.info("server %s lost v%d that games are pinned to: restoring it", server, v)
+                if isinstance(await self._send(server, v, blob, restore=True), float):
+                    self.restored += 1

@@ -194,3 +194,52 @@ def test_overrides_apply_to_saved_config(tmp_path: Path) -> None:
     cfg = load_config(TTT)
     path = save_config(cfg, tmp_path / "c.toml")
     assert load_config(path, ["trainer.lr=0.3"]) == replace(cfg, trainer={"lr": 0.3})
+
+
+def test_every_numeric_key_has_a_range() -> None:
+    """A new numeric key cannot be added without its allowed range."""
+    import dataclasses
+    import typing
+
+    from azserve.app.ranges import RANGES, check_value
+
+    missing = []
+    hints = typing.get_type_hints(Config)
+    for section in dataclasses.fields(Config):
+        tp = hints[section.name]
+        if not dataclasses.is_dataclass(tp):
+            continue
+        for f in dataclasses.fields(tp):
+            value = getattr(tp(), f.name)
+            numeric = typing.get_type_hints(tp)[f.name] in (int, float, float | None, int | None)
+            if numeric and not isinstance(value, bool) and f"{section.name}.{f.name}" not in RANGES:
+                missing.append(f"{section.name}.{f.name}")
+    assert not missing, f"keys without a range in azserve/app/ranges.py: {missing}"
+    defaults = Config()
+    for key in RANGES:  # the defaults themselves are in range
+        section, name = key.split(".")
+        check_value(key, getattr(getattr(defaults, section), name))
+    assert set(RANGES) <= {
+        f"{s.name}.{f.name}"
+        for s in dataclasses.fields(Config)
+        if dataclasses.is_dataclass(hints[s.name])
+        for f in dataclasses.fields(hints[s.name])
+    }, "a range for a key that does not exist"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("server.max_batch_size=-1", "server.max_batch_size=-1: must be in [1, 65,536]"),
+        ("server.max_queue_delay_us=-1000", "server.max_queue_delay_us=-1000: must be in [0,"),
+        ("server.max_queued_rows=-5", "server.max_queued_rows=-5: must be in [1,"),
+        ("server.max_versions=0", "server.max_versions=0: must be in [1, 1,024]"),
+        ("actors.games=0", "actors.games=0: must be in [1,"),
+        ("trainer.lr=nan", "trainer.lr=nan"),
+        ("client.heartbeat_s=0", "client.heartbeat_s=0.0: must be in [0.01, inf]"),
+    ],
+)
+def test_out_of_range_values_name_key_value_and_range(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(REPO / "configs" / "connect4.toml", [override, "client.max_rows=1"])
+    assert message in str(err.value)

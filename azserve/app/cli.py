@@ -34,6 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--checkpoint", help="safetensors weights or learner checkpoint to serve")
     p.add_argument("--version", type=int, default=0, help="version number of those weights")
+    p.add_argument(
+        "--checkpoint-dir",
+        help="serve the newest readable learner checkpoint here, as its version (none: version 0)",
+    )
     p.set_defaults(run=_run_serve)
 
     p = sub.add_parser("keys", help="write CURVE certificates for cross-host sockets")
@@ -54,7 +58,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     from azserve.app.serve import serve
 
     cfg = load_config(args.config, args.overrides)
-    uvloop.run(serve(cfg, args.checkpoint, args.version))
+    uvloop.run(serve(cfg, args.checkpoint, args.version, args.checkpoint_dir))
     return 0
 
 

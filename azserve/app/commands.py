@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,11 @@ def _learn(args: argparse.Namespace) -> int:
         await learner.run(stop)
         print(f"checkpoint: {learner.checkpoint_now()}", flush=True)
 
-    uvloop.run(main())
+    try:
+        uvloop.run(main())
+    except OSError as exc:  # the stop checkpoint could not be written (disk full)
+        print(f"azserve learn: final checkpoint not written: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -16,6 +16,7 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
+from azserve.app.ranges import check_value
 from azserve.errors import ConfigError
 
 T = TypeVar("T")
@@ -35,6 +36,8 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str) -> T:
     kwargs = {}
     for name, value in data.items():
         kwargs[name] = _coerce(hints[name], value, _join(where, name))
+        # Ranges first: a section's own cross-key checks then see only values in range.
+        check_value(_join(where, name), kwargs[name])
     try:
         obj = cls(**kwargs)
     except ConfigError:

@@ -21,10 +21,14 @@ class Child:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    log_offset: int | None = None
+    """Size of the log when this run first started the child (logs append across runs)."""
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
+        if self.log_offset is None:
+            self.log_offset = log.tell()
         self.proc = subprocess.Popen(
             self.argv,
             stdout=log,
@@ -60,6 +64,15 @@ class Child:
             self.proc.kill()
             code = self.proc.wait()
         return code
+
+    def log_since_start(self) -> list[str]:
+        """The log lines written since this run first started the child."""
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(self.log_offset or 0)
+                return f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return []
 
     def tail(self, lines: int = 20) -> str:
         try:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.main import SUMMARY_TAG
 from azserve.app.schema import Config, replace, save_config
 from azserve.app.supervisor import Child, azserve_argv, child_env
 from azserve.errors import AzserveError
@@ -98,19 +99,19 @@ class Training:
     def _build_children(self) -> None:
         cfg_path = save_config(self.cfg, self.run_dir / "config.toml")
         logs = self.run_dir / "logs"
-        serve = ["serve", "--config", str(cfg_path)]
-        ckpt = latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir) if self.resume else None
-        if ckpt is not None:
-            # Serve the resumed weights from the start, so no game begins on random weights.
-            serve += [
-                "--checkpoint",
-                str(ckpt),
-                "--version",
-                str(load_checkpoint(ckpt).meta.version),
-            ]
-        learn = ["learn", "--config", str(cfg_path), "--run-dir", str(self.run_dir)]
-        if self.resume:
-            learn.append("--resume")
+        # The server starts (and restarts) on the newest readable checkpoint's weights, found
+        # when it starts: no path fixed now that retention could delete, and no game of a
+        # resumed run begins on random weights.
+        serve = [
+            "serve",
+            "--config",
+            str(cfg_path),
+            "--checkpoint-dir",
+            str(self.run_dir / self.cfg.checkpoint.dir),
+        ]
+        # The learner always resumes from its newest readable checkpoint (none: it starts
+        # fresh), so a restarted learner continues the run and never reuses a version number.
+        learn = ["learn", "--config", str(cfg_path), "--run-dir", str(self.run_dir), "--resume"]
         self.children = [
             Child(
                 "server",
@@ -162,8 +163,38 @@ class Training:
         self._final_eval()
         self._report()
         shutil.rmtree(self.sock_dir, ignore_errors=True)
+        print(self.summary(), flush=True)
         print(f"stopped: {self._stop_reason}; outputs in {self.run_dir}", flush=True)
         return 130 if interrupted and code == 0 else code
+
+    def summary(self) -> str:
+        """One line of accounting: games finished (actors), stored (learner), abandoned by
+        reason, trajectories not delivered, duplicates dropped, restarts per role."""
+        finished = undelivered = 0
+        abandoned: dict[str, int] = {}
+        for child in self.children:
+            if not child.name.startswith("actor"):
+                continue
+            for line in child.log_since_start():
+                if SUMMARY_TAG not in line:
+                    continue
+                s = json.loads(line.split(SUMMARY_TAG, 1)[1])
+                finished += s["games"]
+                undelivered += s["undelivered"]
+                for reason, n in s["abandoned"].items():
+                    abandoned[reason] = abandoned.get(reason, 0) + n
+        rows = read_metrics(self.run_dir / "metrics.jsonl") if self._metrics_exist() else []
+        last = rows[-1] if rows else {}
+        restarts = {c.name: c.restarts for c in self.children if c.restarts}
+        return (
+            f"games: {finished} finished, {last.get('games', 0)} stored in the run, "
+            f"{sum(abandoned.values())} abandoned {abandoned or ''}, {undelivered} not delivered, "
+            f"{last.get('duplicates_dropped', 0)} duplicates dropped; "
+            f"restarts: {restarts or 'none'}"
+        )
+
+    def _metrics_exist(self) -> bool:
+        return (self.run_dir / "metrics.jsonl").exists()
 
     def _holds_run(self) -> bool:
         """Whether ``run_dir`` has outputs of an earlier run (config, metrics or checkpoints)."""

@@ -28,6 +28,15 @@ class ServerConfig:
     """An unpinned old version stays this long after its last request."""
     max_lease_s: float = 600.0
     """Longest lease a client may ask for: a dead client cannot pin a version for longer."""
+    max_leases: int = 10_000
+    """Clients that may hold leases at once; a new client past it gets ``Overloaded``."""
+    max_message_mb: float = 256.0
+    """Largest inbound message: ZeroMQ drops the connection of a peer that sends more, before
+    allocating it. Weight loads are the largest messages; an eval request of
+    ``max_batch_size`` float32 rows must fit (checked at start)."""
+    max_queued_replies: int = 10_000
+    """Replies queued to one peer that does not read them; past it ZeroMQ drops replies to
+    that peer (it resends after ``client.retry_after_s``), so memory stays bounded."""
     metrics_port: int = 0
     """Prometheus text endpoint port on ``metrics_host`` (0 = off)."""
     metrics_host: str = "127.0.0.1"

@@ -24,7 +24,7 @@ import zmq.asyncio
 from azserve import protocol as P
 from azserve.auth import AuthConfig, server_auth
 from azserve.backends.base import Backend
-from azserve.errors import AzserveError, RemoteError, WeightsError
+from azserve.errors import AzserveError, ConfigError, RemoteError, WeightsError
 from azserve.lifecycle import Lifecycle, State
 from azserve.metrics import serve_metrics
 from azserve.model.spec import ModelSpec
@@ -122,11 +122,24 @@ class InferenceServer:
         await self.backend.start()
         if initial is not None:
             await self.residency.load_initial(initial.version, initial.blob)
+        max_bytes = int(self.cfg.max_message_mb * 2**20)
+        eval_bytes = self.cfg.max_batch_size * int(np.prod(self.spec.obs_shape)) * 4 + 65536
+        if max_bytes < eval_bytes:
+            await self.backend.aclose()
+            self.lifecycle.state = State.CLOSED
+            raise ConfigError(
+                f"server.max_message_mb={self.cfg.max_message_mb}: an eval request of "
+                f"server.max_batch_size={self.cfg.max_batch_size} float32 rows needs "
+                f"{eval_bytes / 2**20:.2f} MiB"
+            )
         self._ctx = zmq.asyncio.Context()
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
-        sock.setsockopt(zmq.SNDHWM, 0)
+        # Bounded per peer: replies to a peer that stopped reading are dropped past this.
+        sock.setsockopt(zmq.SNDHWM, self.cfg.max_queued_replies)
+        # Checked by ZeroMQ from the frame header, before the frame is allocated.
+        sock.setsockopt(zmq.MAXMSGSIZE, max_bytes)
         try:
             self._authenticator = server_auth(self._ctx, sock, self.auth, self.cfg.bind)
             sock.bind(self.cfg.bind)
@@ -309,10 +322,11 @@ class InferenceServer:
 
     async def _housekeeping(self) -> None:
         last_status = time.monotonic()
+        period = 0.5
         while True:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(period)
             now = time.monotonic()
-            await self.residency.housekeep(now)
+            await self.residency.housekeep(now, period)
             if self.cfg.status_interval_s and now - last_status >= self.cfg.status_interval_s:
                 last_status = now
                 log.info(self.status_line(now))

@@ -49,6 +49,9 @@ class Residency:
         self._busy = busy
         self._on_retire = on_retire
         self._loading: dict[int, tuple[str, asyncio.Event]] = {}
+        self._last_housekeep: float | None = None
+        self.paused_s = 0.0
+        """Seconds the server was seen not running (stopped, a long GC, a stalled device)."""
 
     @property
     def latest(self) -> int:
@@ -83,10 +86,13 @@ class Residency:
         if held is not None:
             self._check_same(version, held, sha256)
             return  # idempotent: a publisher retrying after a lost ack
-        if version < self.registry.latest:
+        if version < self.registry.latest and version not in self.registry.pinned():
+            # An older version comes back only to restore what live games are pinned to (the
+            # server restarted under them); anything else would be a publisher going back.
             raise RemoteError(
                 "BadVersion",
-                f"version {version} is older than the latest {self.registry.latest} and not held",
+                f"version {version} is older than the latest {self.registry.latest}, not held "
+                "and pinned by no live game",
             )
         await self._load_new(version, blob, sha256)
 
@@ -139,12 +145,27 @@ class Residency:
             raise RemoteError(
                 "BadRequest", f"lease_s must be in [0, {self.cfg.max_lease_s:g}], got {lease_s}"
             )
-        self.registry.update_lease(client, pins, lease_s, now)
+        self.registry.update_lease(client, pins, lease_s, now, self.cfg.max_leases)
 
-    async def housekeep(self, now: float) -> None:
-        """Expire leases not renewed in time, then retire versions no one needs."""
-        for client in self.registry.expire_leases(now):
-            log.info("lease of client %s expired", client)
+    async def housekeep(self, now: float, period_s: float) -> None:
+        """Expire leases not renewed in time, then retire versions no one needs. Called every
+        ``period_s``: a longer gap means the whole server was paused, and the renewals clients
+        sent meanwhile are still unread in the socket, so the pause does not count against any
+        lease (expiry waits until they could have been read)."""
+        last, self._last_housekeep = self._last_housekeep, now
+        if last is not None and now - last > 2 * period_s:
+            pause = now - last - period_s
+            self.paused_s += pause
+            self.registry.extend_leases(pause)
+            log.warning("server was paused for %.1f s: leases extended by as much", pause)
+        expired = self.registry.expire_leases(now)
+        if expired:
+            log.info(
+                "leases of %d client(s) expired: %s%s",
+                len(expired),
+                ", ".join(expired[:3]),
+                " ..." if len(expired) > 3 else "",
+            )
         for v in self.registry.evictable(now, self._busy()):
             await self.unload(v)
 

@@ -1,0 +1,281 @@
+"""Faults survived: lost versions, paused servers, unreadable checkpoints, full disks,
+oversized messages. Real sockets and real processes; each test asserts recovery by itself
+within a bound and exact accounting."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+import zmq.asyncio
+
+from actors.config import ActorsConfig
+from actors.mcts import MCTSConfig
+from actors.selfplay import SelfPlay
+from azserve import ClientConfig, EvalClient
+from azserve.control import ControlClient
+from azserve.versions import VersionRegistry
+from learner.checkpoint import list_checkpoints, newest_readable_checkpoint, save_checkpoint
+from learner.config import TrainerConfig
+from learner.trainer import Trainer
+from tests.conftest import (
+    NET,
+    MakeClient,
+    MakeControl,
+    MakeServer,
+    positions,
+    wait_for,
+    weights_blob,
+)
+from tests.test_selfplay import ListSink
+
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(90)]
+
+MCTS = MCTSConfig(num_simulations=8)
+
+
+# --- a game never takes its process down -----------------------------------------------------
+
+
+async def run_selfplay(
+    endpoint: str, games: int, **actors: object
+) -> tuple[SelfPlay, ListSink, EvalClient, asyncio.Event, asyncio.Task[object]]:
+    client = EvalClient(ClientConfig(server=endpoint, heartbeat_s=0.1, lease_s=2.0))
+    await client.start()
+    sink = ListSink()
+    cfg = ActorsConfig(games=games, status_interval_s=0, **actors)  # type: ignore[arg-type]
+    sp = SelfPlay("tictactoe", cfg, MCTS, client, sink, "faults")
+    stop = asyncio.Event()
+    return sp, sink, client, stop, asyncio.create_task(sp.run(stop))
+
+
+async def test_games_wait_for_a_lost_version_to_be_restored(
+    make_server: MakeServer, make_control: MakeControl
+) -> None:
+    """The server loses the version games are pinned to (as a restart does): the games wait,
+    the version comes back (same bytes, allowed because it is pinned), and they finish on it."""
+    server = await make_server(version_grace_s=60.0)
+    ctl = await make_control(server.endpoint)
+    sp, sink, client, stop, run = await run_selfplay(server.endpoint, 8, version_wait_s=30.0)
+    try:
+        await wait_for(lambda: server.versions.pinned().get(0, 0) >= 8, 10)
+        await ctl.load_weights(1, weights_blob(seed=1))  # new games would start on v1
+        await server.residency.unload(0)  # v0 is gone under the games pinned to it
+        await wait_for(lambda: sp.stats.version_waits > 0, 10)
+        assert 0 in server.versions.pinned()  # the games still pin it: the server knows
+        await ctl.load_weights(0, weights_blob(seed=NET.seed))  # restored, as the learner does
+        await wait_for(lambda: sum(t.version == 0 for t, *_ in sink.items) >= 8, 60)
+        assert sp.stats.abandoned == {}
+        assert not run.done()
+    finally:
+        stop.set()
+        await asyncio.wait_for(run, 30)
+        await client.aclose()
+
+
+async def test_a_game_whose_version_never_returns_is_abandoned_and_counted(
+    make_server: MakeServer, make_control: MakeControl
+) -> None:
+    server = await make_server(version_grace_s=60.0)
+    ctl = await make_control(server.endpoint)
+    sp, sink, client, stop, run = await run_selfplay(server.endpoint, 6, version_wait_s=0.5)
+    try:
+        await wait_for(lambda: server.versions.pinned().get(0, 0) >= 6, 10)
+        await ctl.load_weights(1, weights_blob(seed=1))
+        await server.residency.unload(0)
+        await wait_for(lambda: sp.stats.abandoned.get("version_lost", 0) >= 6, 30)
+        # The process goes on: new games on the latest version finish and are stored.
+        await wait_for(lambda: any(t.version == 1 for t, *_ in sink.items), 60)
+        assert not run.done()
+        assert all(t.version in (0, 1) for t, *_ in sink.items)
+    finally:
+        stop.set()
+        await asyncio.wait_for(run, 30)
+        await client.aclose()
+
+
+# --- leases survive a hung server ------------------------------------------------------------
+
+
+def test_a_pause_does_not_count_against_leases() -> None:
+    reg = VersionRegistry(grace_s=0.0)
+    reg.add(0, 1, "a", now=0.0)
+    reg.add(1, 1, "b", now=0.0)
+    reg.update_lease("game", {0: 1}, lease_s=2.0, now=0.0)
+    reg.extend_leases(15.0)  # the server was stopped for 15 s
+    assert reg.expire_leases(16.0) == [] and reg.evictable(16.0, set()) == []
+    assert reg.expire_leases(17.5) == ["game"]
+
+
+SERVER = textwrap.dedent(
+    """
+    import sys, uvloop
+    from azserve.app.schema import load_config
+    from azserve.app.serve import serve
+    cfg = load_config(sys.argv[1], [f"server.bind={sys.argv[2]}", "server.version_grace_s=0",
+                                    "server.status_interval_s=0"])
+    uvloop.run(serve(cfg))
+    """
+)
+
+
+async def test_leases_survive_a_stopped_server(tmp_path: Path) -> None:
+    """SIGSTOP the server longer than the lease, then SIGCONT: it reads the renewals queued
+    meanwhile before expiring anything, so the pinned, no longer latest, version stays."""
+    endpoint = f"ipc://{tmp_path}/s"
+    config = Path(__file__).resolve().parents[1] / "configs" / "tictactoe.toml"
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(config), endpoint])
+    game = EvalClient(ClientConfig(server=endpoint, heartbeat_s=0.2, lease_s=1.0))
+    ctl = ControlClient(endpoint)
+    try:
+        await game.start(timeout_s=60)
+        await ctl.start()
+        with game.pin_latest() as v:
+            await game.evaluate(np.zeros((2, 3, 3), np.uint8), v)
+            await ctl.load_weights(1, weights_blob_of_config(config))
+            await asyncio.sleep(0.6)  # the pin reached the server
+            os.kill(proc.pid, signal.SIGSTOP)
+            await asyncio.sleep(4.0)  # four leases long
+            os.kill(proc.pid, signal.SIGCONT)
+            await asyncio.sleep(1.5)
+            status = await ctl.status()
+            assert 0 in status["versions"]["resident"], status["versions"]
+            logits, _ = await game.evaluate(np.zeros((2, 3, 3), np.uint8), v)
+            assert logits.shape == (9,)
+    finally:
+        await game.aclose()
+        await ctl.aclose()
+        proc.kill()
+        proc.wait()
+
+
+def weights_blob_of_config(config: Path) -> bytes:
+    from azserve.app.schema import load_config
+    from azserve.model.network import build_net
+    from azserve.model.weights import state_dict_to_bytes
+
+    return state_dict_to_bytes(build_net(load_config(config).net, seed=123).state_dict())
+
+
+# --- checkpoints -----------------------------------------------------------------------------
+
+
+def small_trainer() -> Trainer:
+    return Trainer(NET, TrainerConfig(batch_size=4, device="cpu"))
+
+
+def test_resume_falls_back_past_a_truncated_checkpoint(tmp_path: Path) -> None:
+    t = small_trainer()
+    for step, version in [(10, 1), (20, 2)]:
+        save_checkpoint(tmp_path, step, version, t.state_dict(), {}, keep_last=5)
+    newest = list_checkpoints(tmp_path)[-1][1]
+    newest.write_bytes(newest.read_bytes()[:1000])  # the disk filled mid-write, say
+    ckpt, bad = newest_readable_checkpoint(tmp_path)
+    assert ckpt is not None and (ckpt.meta.step, ckpt.meta.version) == (10, 1)
+    assert [p.name for p in bad] == [newest.name + ".bad"] and bad[0].exists()
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [10]  # set aside, out of retention
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files
+
+
+def test_a_full_disk_is_one_line_and_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ENOSPC while checkpointing: the learner logs it, keeps training, retries, and
+    publishes the version only once its checkpoint exists."""
+    import learner.learn as learn_mod
+    from azserve.app.schema import learner_settings, load_config
+
+    cfg = load_config(
+        Path(__file__).resolve().parents[1] / "configs" / "tictactoe.toml",
+        [f"server.bind=ipc://{tmp_path}/none", "learner.status_interval_s=0"],
+    )
+    learner = learn_mod.Learner(learner_settings(cfg), tmp_path)
+    real = learn_mod.save_checkpoint
+    failures = iter([True, True, False])
+
+    def flaky(*args: object, **kw: object) -> Path:
+        if next(failures):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(learn_mod, "save_checkpoint", flaky)
+    try:
+        assert learner._try_checkpoint() is False
+        assert learner._try_checkpoint() is False
+        assert learner._try_checkpoint() is True
+    finally:
+        learner._pool.shutdown()
+        learner.runlog.close()
+    assert learner.checkpoint_failures == 2
+    errors = [r for r in caplog.records if "No space left" in r.getMessage()]
+    assert len(errors) == 2 and all(r.exc_info is None for r in errors)  # lines, not tracebacks
+    assert len(list_checkpoints(tmp_path / "checkpoints")) == 1
+
+
+# --- bounded resources -----------------------------------------------------------------------
+
+
+async def test_an_oversized_frame_is_dropped_and_others_are_served(
+    make_server: MakeServer, make_client: MakeClient
+) -> None:
+    server = await make_server(max_message_mb=1.0)
+    ctx = zmq.asyncio.Context()
+    big = ctx.socket(zmq.DEALER)
+    big.setsockopt(zmq.LINGER, 0)
+    big.connect(server.endpoint)
+    try:
+        await big.send_multipart([b"\x80", b"\0" * (8 << 20)])  # 8 MiB: over the limit
+        client = await make_client(server.endpoint)
+        logits, value = await client.evaluate(positions(1)[0])
+        assert logits.shape == (NET.num_actions,)
+        assert await big.poll(500) == 0  # no reply: ZeroMQ dropped the connection
+    finally:
+        big.close()
+        ctx.term()
+
+
+async def test_lease_holders_are_capped(make_server: MakeServer, make_control: MakeControl) -> None:
+    server = await make_server(max_leases=3)
+    clients = [EvalClient(ClientConfig(server=server.endpoint, heartbeat_s=0.1)) for _ in range(4)]
+    try:
+        for c in clients:
+            await c.start()
+            c.pin(0)
+        await wait_for(lambda: server.versions.snapshot()["clients_with_leases"] == 3, 10)
+        await asyncio.sleep(0.3)
+        assert server.versions.snapshot()["clients_with_leases"] == 3
+    finally:
+        for c in clients:
+            await c.aclose()
+
+
+def test_server_refuses_a_message_limit_below_one_batch() -> None:
+    from azserve.app.schema import load_config
+    from azserve.errors import ConfigError
+
+    cfg = load_config(None, ["server.max_message_mb=0.01", "server.max_batch_size=4096"])
+    assert cfg.server.max_message_mb == 0.01
+
+    async def start() -> None:
+        from azserve.backends import BackendConfig, make_backend
+        from azserve.server import InferenceServer
+
+        s = InferenceServer(
+            replace(cfg.server, bind="tcp://127.0.0.1:*"),
+            cfg.net.spec,
+            make_backend(cfg.net, BackendConfig(device="cpu")),
+        )
+        await s.start()
+
+    with pytest.raises(ConfigError, match="server.max_message_mb=0.01"):
+        asyncio.run(start())
