@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CONFIG ?= configs/tictactoe.toml
 RUN_DIR ?= runs/tictactoe
 
-.PHONY: venv train test lint bench clean
+.PHONY: venv train test fuzz lint bench clean
 
 $(BIN)/azserve: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,6 +21,9 @@ train: venv
 
 test: venv
 	$(BIN)/python -m pytest -q
+
+fuzz: venv
+	AZSERVE_FUZZ_EXAMPLES=200000 $(BIN)/python -m pytest -q tests/test_fuzz.py -p no:cacheprovider
 
 lint: venv
 	$(BIN)/ruff check azserve actors learner tests

@@ -82,12 +82,19 @@ def client_auth(sock: zmq.Socket, cfg: AuthConfig) -> None:
     sock.curve_serverkey = server_public
 
 
+CLIENT_MAX_MESSAGE_BYTES = 1 << 30
+"""Largest reply a client accepts (a status or a 65,536-row result is far smaller): a broken
+or hostile peer cannot make a client allocate more."""
+
+
 def connect_dealer(ctx: zmq.Context[Any], endpoint: str, cfg: AuthConfig, **options: int) -> Any:
     """A DEALER of ``ctx`` connected to ``endpoint`` (CURVE client when configured), with
-    ``LINGER`` 0 and the given socket ``options`` (names of ``zmq`` constants). On any error
-    the socket is closed and the error (``ConfigError``, ``zmq.ZMQError``) raised."""
+    ``LINGER`` 0, inbound messages capped at ``CLIENT_MAX_MESSAGE_BYTES`` and the given socket
+    ``options`` (names of ``zmq`` constants). On any error the socket is closed and the error
+    (``ConfigError``, ``zmq.ZMQError``) raised."""
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, CLIENT_MAX_MESSAGE_BYTES)
     try:
         for name, value in options.items():
             sock.setsockopt(getattr(zmq, name), value)

@@ -48,7 +48,9 @@ class ClientConfig:
     max_rows: int = 256
     """Most rows per message (keep <= the server's max_batch_size)."""
     retry_after_s: float = 2.0
-    """Resend a request that has had no reply for this long (the server may have restarted)."""
+    """Heartbeats unanswered this long make the link suspect; when the server answers again,
+    every request still waiting is resent (the link may have dropped it). A live server that
+    answers heartbeats is never sent a request twice, however long its queue."""
     request_timeout_s: float = 30.0
     """Give up on a request (RequestTimeout) after this long in total."""
     heartbeat_s: float = 1.0
@@ -103,6 +105,8 @@ class EvalClient:
         self._control: dict[int, asyncio.Future[Any]] = {}
         self._pins: dict[int, int] = {}
         self._pins_dirty = False
+        self._last_pong = time.monotonic()
+        self._suspect_since: float | None = None
         self.lifecycle = Lifecycle("EvalClient", self._fail_all)
         self._ctx: zmq.asyncio.Context | None = None
         self._sock: zmq.asyncio.Socket | None = None
@@ -353,7 +357,15 @@ class EvalClient:
                 if self.server_id == msg.server_id
                 else msg.latest
             )
+            restarted = self.server_id is not None and msg.server_id != self.server_id
             self._on_server_id(msg.server_id)
+            now = time.monotonic()
+            if self._suspect_since is not None and not restarted:
+                # The same server answers again after a silence: anything sent before or
+                # during it may have been lost with the link (a restart resent it already).
+                self._resend(now, lambda inf: True)
+            self._suspect_since = None
+            self._last_pong = now
         waiter = self._control.get(rid) if rid is not None else None
         if waiter is not None and not waiter.done():
             waiter.set_result(msg)
@@ -380,7 +392,9 @@ class EvalClient:
             if self._pins_dirty or (self._pins and now - last_pins >= self.cfg.lease_s / 3):
                 self._send_pins()
                 last_pins = now
-            self._resend(now, lambda inf, now=now: now - inf.sent_at >= self.cfg.retry_after_s)
+            if self._suspect_since is None and now - self._last_pong >= self.cfg.retry_after_s:
+                self._suspect_since = now  # no answer for a while: down, hung or cut off
+            self._resend(now, lambda inf: False)  # only the request_timeout_s check
             rid = next(self._ids)
             self._control[rid] = fut = asyncio.get_running_loop().create_future()
             fut.add_done_callback(functools.partial(self._heartbeat_done, rid))

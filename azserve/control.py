@@ -150,6 +150,12 @@ class ControlClient:
             self.restarts += 1
             log.info("server %s restarted (now at v%d)", self.endpoint, msg.latest)
             self.latest = msg.latest
+            # Calls sent to the dead server will never be answered: fail them now, so a
+            # publisher re-sends to the new one at once instead of waiting out its timeout.
+            lost = ServerClosed(f"server {self.endpoint} restarted: the request was lost")
+            for rid, fut in list(self._waiting.items()):
+                if rid != msg.id and not fut.done():
+                    fut.set_exception(lost)
         else:
             self.latest = max(self.latest, msg.latest)
         self.server_id = msg.server_id

@@ -42,6 +42,9 @@ MAX_ARRAYS = 16
 MAX_HEADER_BYTES = 1 << 16
 """Largest header frame accepted."""
 
+MAX_DIMS = 32
+"""Most dimensions one array may have (numpy's own limit)."""
+
 
 class ArraySpec(msgspec.Struct, frozen=True):
     """Describes one raw buffer frame: numpy dtype name and shape."""
@@ -215,7 +218,9 @@ def encode(msg: Message, arrays: Sequence[np.ndarray] = ()) -> list[Frame]:
     bufs: list[Frame] = []
     specs = []
     for a in arrays:
-        a = np.ascontiguousarray(a)
+        a = np.asarray(a)
+        if not a.flags.c_contiguous:  # (ascontiguousarray would turn a 0-d array into 1-d)
+            a = a.copy(order="C")
         if a.dtype.byteorder == ">":
             a = a.astype(a.dtype.newbyteorder("<"))
         specs.append(spec_of(a))
@@ -239,6 +244,8 @@ def decode(frames: Sequence[Frame]) -> tuple[Message, list[np.ndarray]]:
         msg = _decoder.decode(header)
     except msgspec.DecodeError as exc:
         raise ProtocolError(f"bad header: {exc}") from exc
+    except RecursionError:  # msgpack nested ~1000 deep, well under the header limit
+        raise ProtocolError("bad header: nested too deeply") from None
     specs = msg.arrays
     if len(specs) > MAX_ARRAYS:
         raise ProtocolError(f"{len(specs)} arrays exceed the limit of {MAX_ARRAYS}")
@@ -257,13 +264,18 @@ def _to_array(spec: ArraySpec, buf: Frame, index: int) -> np.ndarray:
         )
     if any(d < 0 for d in spec.shape):
         raise ProtocolError(f"arrays[{index}]: negative dimension in shape {spec.shape}")
+    if len(spec.shape) > MAX_DIMS:
+        raise ProtocolError(f"arrays[{index}]: {len(spec.shape)} dimensions (at most {MAX_DIMS})")
     # Python ints: an absurd declared shape cannot overflow, it just fails to match.
     expected = math.prod(spec.shape) * dtype.itemsize
     if expected != len(buf):
         raise ProtocolError(
             f"arrays[{index}]: {spec.dtype}{spec.shape} needs {expected} bytes, frame has {len(buf)}"
         )
-    return np.frombuffer(buf, dtype=dtype).reshape(spec.shape)
+    try:
+        return np.frombuffer(buf, dtype=dtype).reshape(spec.shape)
+    except ValueError as exc:  # an empty array numpy cannot size, e.g. shape [0, 2**63]
+        raise ProtocolError(f"arrays[{index}]: shape {spec.shape}: {exc}") from None
 
 
 def request_id_of(header: Frame) -> int | None:
@@ -271,7 +283,7 @@ def request_id_of(header: Frame) -> int | None:
     attributed. None when the header is not a msgpack map with an integer ``id``."""
     try:
         obj = _loose_decoder.decode(header)
-    except (msgspec.DecodeError, ValueError, TypeError):
+    except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
         return None
     rid = obj.get("id") if isinstance(obj, dict) else None
     return rid if isinstance(rid, int) and not isinstance(rid, bool) else None

@@ -68,6 +68,7 @@ class Publisher:
         """What the latest ``publish`` did."""
         self.lifecycle = Lifecycle("publisher")
         self._warned_ahead: set[tuple[str, int]] = set()
+        self._catching_up: set[str] = set()
 
     async def start(self) -> None:
         self.lifecycle.begin_start()
@@ -138,40 +139,49 @@ class Publisher:
             return (time.monotonic() - t0) * 1e3
 
     async def _catch_up_loop(self) -> None:
-        ticks = 0
+        """Every half second, one catch-up task per server not already being caught up: a
+        server that hangs or is down never holds up the others."""
         while True:
             await asyncio.sleep(0.5)
-            ticks += 1
-            if ticks % 2 == 0:
-                await self._restore_pinned()
-            for server, client in self._clients.items():
-                behind = client.server_id is not None and client.latest < self.version
-                if behind and not self._busy[server].locked():
-                    log.info(
-                        "server %s is at v%d, behind v%d: re-publishing",
-                        server,
-                        client.latest,
-                        self.version,
-                    )
-                    await self._send(server, self.version, self._blob)
+            for server in self.servers:
+                if server not in self._catching_up and not self._busy[server].locked():
+                    self._catching_up.add(server)
+                    self.lifecycle.spawn(self._catch_up(server), f"catch-up {server}", owner=False)
 
-    async def _restore_pinned(self) -> None:
-        """Re-publish versions that games on a server are pinned to but it no longer holds."""
-        if self.version < 0:
+    async def _catch_up(self, server: str) -> None:
+        """Re-send the newest weights to ``server`` if it is behind (down before, or
+        restarted), then restore versions its games are pinned to but it lacks."""
+        try:
+            client = self._clients[server]
+            if client.server_id is None or self.version < 0:
+                return  # never heard from it, or nothing published yet
+            if client.latest < self.version:
+                log.info(
+                    "server %s is at v%d, behind v%d: re-publishing",
+                    server,
+                    client.latest,
+                    self.version,
+                )
+                await self._send(server, self.version, self._blob)
+            await self._restore_pinned(server)
+        finally:
+            self._catching_up.discard(server)
+
+    async def _restore_pinned(self, server: str) -> None:
+        """Re-publish versions that games on ``server`` are pinned to but it no longer holds."""
+        try:
+            versions = (await self._clients[server].status(timeout_s=1.0))["versions"]
+        except AzserveError:
             return
-        for server, status in (await self.statuses()).items():
-            if status is None:
+        held = set(versions["resident"])
+        for v in sorted(int(k) for k in versions["pinned"]):
+            if v in held or v > self.version:
                 continue
-            versions = status["versions"]
-            held = set(versions["resident"])
-            for v in sorted(int(k) for k in versions["pinned"]):
-                if v in held or v > self.version or self._busy[server].locked():
-                    continue
-                blob = self._kept.get(v)
-                if blob is None and self._fetch is not None:
-                    blob = await asyncio.to_thread(self._fetch, v)
-                if blob is None:
-                    continue  # not ours to restore: those games will be abandoned
-                log.info("server %s lost v%d that games are pinned to: restoring it", server, v)
-                if isinstance(await self._send(server, v, blob, restore=True), float):
-                    self.restored += 1
+            blob = self._kept.get(v)
+            if blob is None and self._fetch is not None:
+                blob = await asyncio.to_thread(self._fetch, v)
+            if blob is None:
+                continue  # not ours to restore: those games will be abandoned
+            log.info("server %s lost v%d that games are pinned to: restoring it", server, v)
+            if isinstance(await self._send(server, v, blob, restore=True), float):
+                self.restored += 1

@@ -9,12 +9,18 @@ from typing import Any
 
 
 class RunLog:
-    """Append rows to ``DIR/metrics.jsonl`` and, when tensorboard is installed, ``DIR/tb``."""
+    """Append rows to ``DIR/metrics.jsonl`` and, when tensorboard is installed, ``DIR/tb``.
+
+    Steps never go backwards in the file: a learner resumed from a checkpoint older than its
+    last logged row re-trains those steps, and its rows start again only past that step."""
 
     def __init__(self, run_dir: str | Path, tensorboard: bool = True) -> None:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._file = (self.dir / "metrics.jsonl").open("a", buffering=1)
+        path = self.dir / "metrics.jsonl"
+        earlier = read_metrics(path) if path.exists() else []
+        self._floor = int(earlier[-1].get("step", 0)) if earlier else 0
+        self._file = path.open("a", buffering=1)
         self._tb: Any = None
         if tensorboard:
             try:
@@ -24,6 +30,9 @@ class RunLog:
             self._tb = SummaryWriter(str(self.dir / "tb"))
 
     def write(self, row: dict[str, Any], step: int) -> None:
+        if step < self._floor:
+            return  # re-trained after a resume: the file already has this step
+        self._floor = step
         row = {"time": time.time(), **row}
         self._file.write(json.dumps(row, default=_jsonable) + "\n")
         if self._tb is not None:

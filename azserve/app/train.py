@@ -131,9 +131,14 @@ class Training:
             self.children.append(Child(f"actor-{i}", argv, logs / f"actor-{i}.log", child_env(1)))
 
     def run(self) -> int:
+        try:
+            return self._run()
+        finally:  # whatever happened, the private socket directory goes
+            shutil.rmtree(self.sock_dir, ignore_errors=True)
+
+    def _run(self) -> int:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if not self.resume and self._holds_run():
-            shutil.rmtree(self.sock_dir, ignore_errors=True)
             raise AzserveError(
                 f"{self.run_dir} already holds a run: pass --resume to continue it, or pick a new --run-dir"
             )
@@ -162,14 +167,14 @@ class Training:
             interrupted = self._stop_reason.startswith("interrupted")
         self._final_eval()
         self._report()
-        shutil.rmtree(self.sock_dir, ignore_errors=True)
-        print(self.summary(), flush=True)
+        print(self.write_summary(), flush=True)
         print(f"stopped: {self._stop_reason}; outputs in {self.run_dir}", flush=True)
         return 130 if interrupted and code == 0 else code
 
-    def summary(self) -> str:
-        """One line of accounting: games finished (actors), stored (learner), abandoned by
-        reason, trajectories not delivered, duplicates dropped, restarts per role."""
+    def write_summary(self) -> str:
+        """One line of accounting (also written as ``summary.json``): games finished (actors),
+        stored (learner), abandoned by reason, trajectories not delivered, duplicates dropped,
+        restarts per role."""
         finished = undelivered = 0
         abandoned: dict[str, int] = {}
         for child in self.children:
@@ -186,6 +191,22 @@ class Training:
         rows = read_metrics(self.run_dir / "metrics.jsonl") if self._metrics_exist() else []
         last = rows[-1] if rows else {}
         restarts = {c.name: c.restarts for c in self.children if c.restarts}
+        # The same accounting, machine-readable, beside the run's other outputs.
+        (self.run_dir / "summary.json").write_text(
+            json.dumps(
+                {
+                    "stop_reason": self._stop_reason,
+                    "games_finished": finished,
+                    "games_stored": last.get("games", 0),
+                    "games_abandoned": abandoned,
+                    "trajectories_undelivered": undelivered,
+                    "duplicates_dropped": last.get("duplicates_dropped", 0),
+                    "restarts": {c.name: c.restarts for c in self.children},
+                },
+                indent=1,
+            )
+            + "\n"
+        )
         return (
             f"games: {finished} finished, {last.get('games', 0)} stored in the run, "
             f"{sum(abandoned.values())} abandoned {abandoned or ''}, {undelivered} not delivered, "

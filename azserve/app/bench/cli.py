@@ -1,4 +1,4 @@
-"""``azserve bench serve|selfplay|swap|mcts``: throughput measurements that print JSON."""
+"""``azserve bench serve|selfplay|swap|soak``: throughput measurements that print JSON."""
 
 from __future__ import annotations
 
@@ -47,6 +47,24 @@ def register(sub: Any, common: Any) -> None:
     p.add_argument("--coroutines", type=int, default=512, help="coroutines per load process")
     p.add_argument("--json", help="write the result here too")
     p.set_defaults(run=_run("azserve.app.bench.swap"))
+
+    p = bsub.add_parser(
+        "soak", help="server, actors and learner for minutes: RSS and latency flat?"
+    )
+    common(p)
+    p.add_argument("--minutes", type=float, default=30.0, help="soak length after first traffic")
+    p.add_argument(
+        "--games", type=int, default=5000, help="game coroutines in total, split over processes"
+    )
+    p.add_argument("--warmup-s", type=float, help="seconds before the first window (default 1/4)")
+    p.add_argument("--sample-s", type=float, help="seconds between samples (default 1-10)")
+    p.add_argument("--window-s", type=float, help="seconds per compared window (default 1/5)")
+    p.add_argument("--rss-bound", type=float, default=0.05, help="largest RSS growth, flat")
+    p.add_argument("--latency-bound", type=float, default=1.5, help="largest p99 last/first")
+    p.add_argument("--json", help="write the result here too")
+    p.add_argument("--plot", help="RSS and latency over time (PNG)")
+    p.add_argument("--keep-dir", help="keep the children's logs and the learner's run here")
+    p.set_defaults(run=_run("azserve.app.bench.soak"))
 
 
 def _run(module: str) -> Any:
