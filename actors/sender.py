@@ -266,6 +266,11 @@ class TrajectorySender(BaseSink):
             return 0
         if not isinstance(msg, (TrajectoryAck, ErrorReply)) or msg.id not in self._pending:
             return 0  # an ack for a resend already acked, or not for us
+        if isinstance(msg, ErrorReply) and msg.type == "StorageUnavailable":
+            # The learner could not store it now (its disk is full): it stays in the outbox
+            # and goes again at its next resend time, with the usual backoff.
+            self.last_error = f"{msg.type}: {msg.message}"
+            return 0
         del self._pending[msg.id]
         if isinstance(msg, TrajectoryAck):
             self._acked += 1

@@ -6,8 +6,6 @@ outcome)``, ``aclose()`` and ``stats()``; ``actors.main.open_sink`` picks one fr
 from __future__ import annotations
 
 import os
-import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol, Self
@@ -16,11 +14,8 @@ import numpy as np
 
 from azserve.errors import ProtocolError, ServerClosed
 from azserve.lifecycle import Lifecycle, State
-from azserve.protocol import Trajectory, decode, encode
-
-FILE_MAGIC = b"AZTRAJ\x00\x01"
-"""First 8 bytes of a trajectory file. Then records: u32 frame count, and per frame a u64
-length and the frame's bytes (all little-endian); the frames are ``protocol.encode``'s."""
+from azserve.protocol import Trajectory
+from azserve.trajfile import open_for_append, read_trajectory_file, write_record
 
 
 @dataclass(frozen=True)
@@ -130,7 +125,7 @@ class NullSink(BaseSink):
 
 
 class FileSink(BaseSink):
-    """Appends trajectories to a file (format: ``FILE_MAGIC``); read back with
+    """Appends trajectories to a file (``azserve.trajfile``); read back with
     ``read_trajectory_file``. Writes are buffered and small, so they stay on the event loop."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -140,26 +135,17 @@ class FileSink(BaseSink):
 
     async def start(self) -> None:
         await super().start()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("ab")
-        if self._file.tell() == 0:
-            self._file.write(FILE_MAGIC)
-        else:
-            with self.path.open("rb") as f:
-                if f.read(len(FILE_MAGIC)) != FILE_MAGIC:
-                    self._file.close()
-                    self.lifecycle.state = State.CLOSED
-                    raise ProtocolError(f"{self.path} exists and is not a trajectory file")
+        try:
+            self._file = open_for_append(self.path)
+        except ProtocolError:
+            self.lifecycle.state = State.CLOSED
+            raise
 
     async def _put(
         self, traj: Trajectory, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray
     ) -> None:
         assert self._file is not None
-        frames = encode(traj, [obs, policy, outcome])
-        parts: list[bytes | memoryview] = [struct.pack("<I", len(frames))]
-        for frame in frames:
-            parts += [struct.pack("<Q", len(frame)), frame]
-        self._file.write(b"".join(parts))
+        write_record(self._file, traj, obs, policy, outcome)
         self._acked += 1
 
     async def aclose(self) -> int:
@@ -169,29 +155,11 @@ class FileSink(BaseSink):
         return await super().aclose()
 
 
-def read_trajectory_file(
-    path: str | os.PathLike[str],
-) -> Iterator[tuple[Trajectory, np.ndarray, np.ndarray, np.ndarray]]:
-    """Yield ``(traj, obs, policy, outcome)`` from a ``FileSink`` file. A truncated last record
-    (the writer died mid-append) ends the iteration; anything else malformed raises ProtocolError."""
-    with Path(path).open("rb") as f:
-        if f.read(len(FILE_MAGIC)) != FILE_MAGIC:
-            raise ProtocolError(f"{path}: not a trajectory file")
-        while head := f.read(4):
-            if len(head) < 4:
-                return
-            (count,) = struct.unpack("<I", head)
-            frames = []
-            for _ in range(count):
-                size_raw = f.read(8)
-                if len(size_raw) < 8:
-                    return
-                (size,) = struct.unpack("<Q", size_raw)
-                frame = f.read(size)
-                if len(frame) < size:
-                    return
-                frames.append(frame)
-            msg, arrays = decode(frames)
-            if not isinstance(msg, Trajectory) or len(arrays) != 3:
-                raise ProtocolError(f"{path}: record is not a trajectory")
-            yield msg, arrays[0], arrays[1], arrays[2]
+__all__ = [
+    "BaseSink",
+    "FileSink",
+    "NullSink",
+    "SinkStats",
+    "TrajectorySink",
+    "read_trajectory_file",
+]

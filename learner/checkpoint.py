@@ -116,6 +116,18 @@ def latest_checkpoint(directory: str | os.PathLike[str]) -> Path | None:
     return found[-1][1] if found else None
 
 
+def journal_from(path: str | os.PathLike[str]) -> int:
+    """The first journal segment after a checkpoint (``learner.journal``), from its header
+    alone (no tensors read); 0 when the header is unreadable or predates the journal."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            tree = json.loads((f.metadata() or {}).get("state", "{}"))
+        top = dict(tree.get("__dict__", []))  # the encoded state (see _encode): a keyed list
+        return int(top.get("journal_from", 0))
+    except Exception:  # noqa: BLE001 - safetensors' own errors, OSError, JSON: keep everything
+        return 0
+
+
 def newest_readable_checkpoint(
     directory: str | os.PathLike[str],
 ) -> tuple[Checkpoint | None, list[Path]]:

@@ -22,14 +22,16 @@ from azserve.errors import ComponentFailed, ConfigError, WeightsError
 from azserve.metrics import RateMeter, bottleneck
 from azserve.model.weights import load_weights_file, state_dict_to_bytes
 from learner.checkpoint import (
+    journal_from,
     list_checkpoints,
     load_checkpoint,
     newest_readable_checkpoint,
     save_checkpoint,
 )
 from learner.config import LearnerSettings
+from learner.journal import Journal
 from learner.publisher import Publisher
-from learner.receiver import TrajectoryReceiver
+from learner.receiver import DuplicateFilter, TrajectoryReceiver
 from learner.replay import Replay
 from learner.runlog import RunLog
 from learner.trainer import Trainer
@@ -58,6 +60,8 @@ class Learner:
         self.trainer = Trainer(cfg.net, cfg.trainer, symmetries=game.symmetries)
         self.versions = VersionCounter(cfg.trainer.publish_every)
         self._lost_checkpoints = 0
+        self._journal_from = 0
+        """The first journal segment after the checkpoint resumed (0: none resumed)."""
         self._unsaved = False
         """A version was taken but its checkpoint could not be written (disk full): it is
         retried every step, and the version is published only once it is on disk."""
@@ -68,12 +72,18 @@ class Learner:
             self._resume()
         self.replay = Replay(cfg.replay, cfg.net.obs_shape, cfg.net.num_actions)
         self.replay.set_current_version(self.versions.current)
+        # Every accepted game is journaled before it is acked (learner/journal.py).
+        self.journal = Journal(self.run_dir / "journal")
+        dedup = DuplicateFilter(cfg.learner.dedup_capacity)
+        self.journaled_on_resume = self._replay_journal(dedup) if resume else 0
+        self._rotate_journal()
         self.receiver = TrajectoryReceiver(
             cfg.learner,
             cfg.net.obs_shape,
             cfg.net.num_actions,
             self._on_trajectory,
             game=cfg.game,
+            dedup=dedup,
             auth=cfg.auth,
         )
         # Games may be pinned to any version still fresh enough to train on, and a little
@@ -109,6 +119,7 @@ class Learner:
         path = ckpt.meta.path
         self.trainer.load_state_dict(ckpt.trainer_state())
         self.versions.current, self.versions.named_step = ckpt.meta.version, ckpt.meta.step
+        self._journal_from = int(ckpt.meta.extra.get("journal_from", 0))
         # Totals continue across restarts (train.games budgets and metrics rows count them).
         self.games = int(ckpt.meta.extra.get("games", 0))
         self.positions = int(ckpt.meta.extra.get("positions", 0))
@@ -129,9 +140,36 @@ class Learner:
                 continue  # unreadable or pruned meanwhile: look further
         return None
 
+    def _replay_journal(self, dedup: DuplicateFilter) -> int:
+        """After a resume: the games journaled since the checkpoint (segments started at its
+        version or later) count again, the fresh ones go back into replay (the replay drops
+        stale ones), and every journaled game is remembered, so a resend of one is a
+        duplicate, not a second copy. Returns the games added to the count."""
+        since = self._journal_from
+        added = 0
+        for segment, (msg, obs, policy, outcome) in self.journal.read():
+            dedup.add((msg.actor, msg.game_id))
+            self.replay.insert(obs, policy, outcome, msg.version)
+            if segment >= since:
+                added += 1
+                self.games += 1
+                self.positions += len(outcome)
+        if added:
+            log.info("journal: %d games received after the checkpoint were restored", added)
+        return added
+
+    def _rotate_journal(self) -> int:
+        """Start a new journal segment; returns its number. Segments go once no checkpoint of
+        the last ``checkpoint.keep_last`` (those a resume falls back through) needs them; the
+        ``keep_every`` archive does not pin the journal, so it stays bounded."""
+        recent = list_checkpoints(self.ckpt_dir)[-self.cfg.checkpoint.keep_last :]
+        keep_from = journal_from(recent[0][1]) if recent else 0
+        return self.journal.rotate(keep_from)
+
     def _on_trajectory(
         self, msg: Any, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray
     ) -> None:
+        self.journal.append(msg, obs, policy, outcome)  # OSError: not stored, not acked
         self.replay.insert(obs, policy, outcome, msg.version)
         self.games += 1
         self.positions += len(outcome)
@@ -156,6 +194,7 @@ class Learner:
             await self.publisher.aclose()
             self._pool.shutdown(wait=True)
             self.runlog.close()
+            self.journal.close()
 
     async def _train_loop(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
@@ -197,7 +236,10 @@ class Learner:
                 # from an older checkpoint and publish different weights under this number.
                 # The number was never published, so a retry names this step's weights.
                 self.versions.named_step = step
-                if await loop.run_in_executor(self._pool, self._try_checkpoint):
+                counts = self._cut_journal()
+                if counts is not None and await loop.run_in_executor(
+                    self._pool, self._try_checkpoint, counts
+                ):
                     self._unsaved = False
                     await _unless_stopped(self._publish(), stop)
 
@@ -219,7 +261,8 @@ class Learner:
             self.versions.current = latest
             self.versions.bump(self.trainer.step_count)
             self.replay.set_current_version(self.versions.current)
-            self._unsaved = not self._try_checkpoint()
+            counts = self._cut_journal()
+            self._unsaved = counts is None or not self._try_checkpoint(counts)
 
     async def _publish(self) -> None:
         blob = state_dict_to_bytes(self.trainer.model.state_dict())
@@ -235,27 +278,49 @@ class Learner:
             "".join(f"; {s}: {why}" for s, why in result.failed.items()),
         )
 
-    def _try_checkpoint(self) -> bool:
+    def _cut_journal(self) -> tuple[int, int, int] | None:
+        """On the event loop, at once: the (games, positions) a checkpoint about to be taken
+        counts, and a new journal segment (its number is the third item) for what follows.
+        None when the segment cannot be started (a full disk): no checkpoint this time."""
+        counts = (self.games, self.positions)
+        try:
+            return (*counts, self._rotate_journal())
+        except OSError as exc:
+            self._checkpoint_failed(exc)
+            return None
+
+    def _try_checkpoint(self, counts: tuple[int, int, int]) -> bool:
         """Checkpoint; a write error (ENOSPC, EIO, a read-only disk) is one log line and a
         False, and training goes on (the caller retries at the next step)."""
         try:
-            self._checkpoint()
+            self._checkpoint(counts)
         except OSError as exc:
-            self.checkpoint_failures += 1
-            if self.checkpoint_failures & (self.checkpoint_failures - 1) == 0:
-                log.error(
-                    "checkpoint of v%d failed (%s, %d failures so far): training goes on, "
-                    "v%d is published once its checkpoint is written",
-                    self.versions.current,
-                    exc,
-                    self.checkpoint_failures,
-                    self.versions.current,
-                )
+            self._checkpoint_failed(exc)
             return False
         return True
 
-    def _checkpoint(self) -> Path:
-        state = {**self.trainer.state_dict(), "games": self.games, "positions": self.positions}
+    def _checkpoint_failed(self, exc: OSError) -> None:
+        self.checkpoint_failures += 1
+        if self.checkpoint_failures & (self.checkpoint_failures - 1) == 0:
+            log.error(
+                "checkpoint of v%d failed (%s, %d failures so far): training goes on, "
+                "v%d is published once its checkpoint is written",
+                self.versions.current,
+                exc,
+                self.checkpoint_failures,
+                self.versions.current,
+            )
+
+    def _checkpoint(self, counts: tuple[int, int, int]) -> Path:
+        """Save a checkpoint counting ``counts`` = (games, positions, first journal segment
+        after it): exactly the games in the segments before that one (``_cut_journal``)."""
+        games, positions, segment = counts
+        state = {
+            **self.trainer.state_dict(),
+            "games": games,
+            "positions": positions,
+            "journal_from": segment,
+        }
         return save_checkpoint(
             self.ckpt_dir,
             self.trainer.step_count,
@@ -270,7 +335,10 @@ class Learner:
         """A checkpoint of the current state (on a clean stop). Weights trained past the last
         published version get the next version number: a resumed run serves them under it."""
         self.versions.settle(self.trainer.step_count)
-        return self._checkpoint()
+        counts = (self.games, self.positions, self._rotate_journal())  # OSError: to the caller
+        path = self._checkpoint(counts)
+        self.journal.close()
+        return path
 
     def row(self) -> dict[str, Any]:
         m = self.replay.metrics()

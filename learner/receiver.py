@@ -38,8 +38,9 @@ from learner.config import LearnerConfig
 OnTrajectory = Callable[[Trajectory, np.ndarray, np.ndarray, np.ndarray], None]
 """``on_trajectory(msg, obs [T,C,H,W] uint8, policy [T,A] float32, outcome [T] float32)``.
 Called once per accepted trajectory, before the ack; the arrays are read-only and stay valid.
-An exception raised here is a learner bug, not bad input: it stops the receiver and is re-raised
-by ``aclose``."""
+``OSError`` means "cannot store it now" (a full disk): the sender gets ``StorageUnavailable``
+instead of an ack and sends it again later. Any other exception is a learner bug, not bad
+input: it stops the receiver and is re-raised by ``aclose``."""
 
 
 class DuplicateFilter:
@@ -82,6 +83,9 @@ class ReceiverStats:
     """Messages answered with an ErrorReply."""
     dropped: int
     """Messages that could not be answered (no routing id or header)."""
+    unstored: int
+    """Trajectories refused with ``StorageUnavailable`` (the learner could not write them);
+    their senders keep them and send them again."""
     by_version: dict[int, int]
     """Accepted trajectories per weights version."""
 
@@ -119,7 +123,7 @@ class TrajectoryReceiver:
         self.endpoint: str | None = None
         """The bound endpoint, with the actual port, once started."""
         self._received = self._accepted = self._positions = 0
-        self._duplicates = self._rejected = self._dropped = 0
+        self._duplicates = self._rejected = self._dropped = self._unstored = 0
         self._by_version: Counter[int] = Counter()
 
     async def start(self) -> None:
@@ -192,6 +196,7 @@ class TrajectoryReceiver:
             duplicates=self._duplicates,
             rejected=self._rejected,
             dropped=self._dropped,
+            unstored=self._unstored,
             by_version=dict(self._by_version),
         )
 
@@ -222,7 +227,11 @@ class TrajectoryReceiver:
             self._duplicates += 1
             return TrajectoryAck(id=msg.id, game_id=msg.game_id, duplicate=True)
         obs, policy, outcome = arrays
-        self._on_trajectory(msg, obs, policy, outcome)
+        try:
+            self._on_trajectory(msg, obs, policy, outcome)
+        except OSError as exc:  # the learner cannot store it now (disk full): no ack
+            self._unstored += 1
+            return ErrorReply(id=msg.id, type="StorageUnavailable", message=str(exc))
         self.dedup.add(key)
         self._accepted += 1
         self._positions += msg.length

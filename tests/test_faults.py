@@ -212,12 +212,13 @@ def test_a_full_disk_is_one_line_and_training_goes_on(
 
     monkeypatch.setattr(learn_mod, "save_checkpoint", flaky)
     try:
-        assert learner._try_checkpoint() is False
-        assert learner._try_checkpoint() is False
-        assert learner._try_checkpoint() is True
+        assert learner._try_checkpoint((0, 0, 0)) is False
+        assert learner._try_checkpoint((0, 0, 0)) is False
+        assert learner._try_checkpoint((0, 0, 0)) is True
     finally:
         learner._pool.shutdown()
         learner.runlog.close()
+        learner.journal.close()
     assert learner.checkpoint_failures == 2
     errors = [r for r in caplog.records if "No space left" in r.getMessage()]
     assert len(errors) == 2 and all(r.exc_info is None for r in errors)  # lines, not tracebacks
@@ -378,3 +379,54 @@ def test_a_checkpoint_on_a_full_tmpfs_is_retried(tmp_path: Path) -> None:
         assert list(mnt.iterdir()) == []  # no partial file, no temp file
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_the_journal_restores_games_acked_after_the_last_checkpoint(tmp_path: Path) -> None:
+    """Games accepted after the newest checkpoint are in the journal: a learner resumed from
+    that checkpoint counts them, puts them back into replay and treats a resend as a
+    duplicate; segments no kept checkpoint needs go."""
+    import learner.learn as learn_mod
+    from azserve.app.schema import learner_settings, load_config
+    from azserve.protocol import Trajectory
+
+    cfg = load_config(
+        Path(__file__).resolve().parents[1] / "configs" / "tictactoe.toml",
+        [f"server.bind=ipc://{tmp_path}/none", "learner.status_interval_s=0"],
+    )
+    first = learn_mod.Learner(learner_settings(cfg), tmp_path)
+    rng = np.random.default_rng(0)
+
+    def game(i: int) -> tuple[Trajectory, np.ndarray, np.ndarray, np.ndarray]:
+        t = 5
+        obs = rng.integers(0, 2, (t, 2, 3, 3), dtype=np.uint8)
+        policy = np.full((t, 9), 1 / 9, np.float32)
+        outcome = np.ones(t, np.float32)
+        return (
+            Trajectory(actor="a", game_id=i, game="tictactoe", version=0, length=t, result=1.0),
+            obs,
+            policy,
+            outcome,
+        )
+
+    for i in range(3):
+        first._on_trajectory(*game(i))  # journals it, counts it, puts it in replay
+    first.checkpoint_now()  # counts 3 games
+    first._rotate_journal()  # what the learner does when it goes on after a checkpoint
+    for i in range(3, 7):  # acked after the checkpoint, then the learner dies (no checkpoint)
+        first._on_trajectory(*game(i))  # journals it, counts it, puts it in replay
+    first.journal.close()
+    first.runlog.close()
+    first._pool.shutdown()
+
+    resumed = learn_mod.Learner(learner_settings(cfg), tmp_path, resume=True)
+    try:
+        assert resumed.games == 7 and resumed.journaled_on_resume == 4
+        # The segment before the checkpoint was retired when the next one began (the
+        # checkpoint holds its count); the games after it are back in replay and known.
+        assert resumed.replay.metrics().size == 4 * 5
+        assert ("a", 5) in resumed.receiver.dedup and ("a", 7) not in resumed.receiver.dedup
+        assert [n for n, _ in resumed.journal.segments()] == [1, 2, 3]
+    finally:
+        resumed.journal.close()
+        resumed.runlog.close()
+        resumed._pool.shutdown()
