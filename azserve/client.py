@@ -120,6 +120,7 @@ class EvalClient:
             raise ConfigError("client.server: no endpoint (the app derives it from server.bind)")
         self.lifecycle.begin_start()
         self._loop = asyncio.get_running_loop()
+        self._last_pong = time.monotonic()  # silence is counted from the start
         self._ctx = zmq.asyncio.Context()
         try:
             sock = connect_dealer(self._ctx, self.cfg.server, self.auth, SNDHWM=0, RCVHWM=0)

@@ -6,10 +6,6 @@ pieces (status-line parsing, windows, growth) on made-up samples."""
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +18,7 @@ from azserve.app.bench.soak import (
     split_windows,
     summarize_actor_lines,
 )
+from tests.test_bench import run_bench
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(240)]
 
@@ -65,29 +62,12 @@ def test_windows_and_growth_use_medians() -> None:
     assert growth(None, 1.0) is None and growth(0.0, 1.0) is None
 
 
-def run_soak(tmp_path: Path, *args: str, timeout: float) -> dict[str, Any]:
-    """``azserve bench soak ARGS --json OUT`` in a subprocess; SIGINT on timeout so that the
-    bench stops its own children before it goes."""
-    out = tmp_path / "soak.json"
-    log = tmp_path / "soak.log"
-    argv = [sys.executable, "-m", "azserve.app.cli", "bench", "soak", *args, "--json", str(out)]
-    with log.open("wb") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
-    try:
-        code = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(60)
-        pytest.fail(f"soak timed out:\n{log.read_text()[-3000:]}")
-    assert code == 0, log.read_text()[-3000:]
-    return json.loads(out.read_text())
-
-
 def test_soak_two_minutes(tmp_path: Path) -> None:
     # Warm-up 90 s: the server's RSS grows with each resident version until server.max_versions
     # (8) are held, ~90 s into a tic-tac-toe run here; then it is flat (see docs/benchmarks.md).
-    r = run_soak(
+    r = run_bench(
         tmp_path,
+        "soak",
         "--config",
         TTT,
         "--minutes",
