@@ -241,16 +241,14 @@ class EvalClient:
         reply = await self._call(P.StatusRequest(), timeout_s)
         return reply.status
 
-    async def _call(
-        self, msg: P.Message, timeout_s: float, arrays: list[np.ndarray] | None = None
-    ) -> Any:
+    async def _call(self, msg: P.Message, timeout_s: float) -> Any:
         self.lifecycle.check_running(ServerClosed)
         assert self._loop is not None
         rid = next(self._ids)
         msg.id = rid
         fut: asyncio.Future[Any] = self._loop.create_future()
         self._control[rid] = fut
-        self._send_frames(P.encode(msg, arrays or []))
+        self._send_frames(P.encode(msg))
         try:
             return await asyncio.wait_for(fut, timeout_s)
         except TimeoutError:
@@ -364,7 +362,7 @@ class EvalClient:
             if self._suspect_since is not None and not restarted:
                 # The same server answers again after a silence: anything sent before or
                 # during it may have been lost with the link (a restart resent it already).
-                self._resend(now, lambda inf: True)
+                self._resend_all(now)
             self._suspect_since = None
             self._last_pong = now
         waiter = self._control.get(rid) if rid is not None else None
@@ -381,7 +379,7 @@ class EvalClient:
                 server_id,
                 len(self._inflight),
             )
-            self._resend(time.monotonic(), lambda inf: True)
+            self._resend_all(time.monotonic())
             self._send_pins()
         self.server_id = server_id
 
@@ -395,7 +393,7 @@ class EvalClient:
                 last_pins = now
             if self._suspect_since is None and now - self._last_pong >= self.cfg.retry_after_s:
                 self._suspect_since = now  # no answer for a while: down, hung or cut off
-            self._resend(now, lambda inf: False)  # only the request_timeout_s check
+            self._expire(now)
             rid = next(self._ids)
             self._control[rid] = fut = asyncio.get_running_loop().create_future()
             fut.add_done_callback(functools.partial(self._heartbeat_done, rid))
@@ -407,7 +405,8 @@ class EvalClient:
         if not fut.cancelled():
             fut.exception()  # no one awaits a heartbeat: its error (e.g. closed) is not news
 
-    def _resend(self, now: float, due: Any) -> None:
+    def _expire(self, now: float) -> None:
+        """Fail the requests that have waited ``request_timeout_s`` in total."""
         for rid, inf in list(self._inflight.items()):
             if now - inf.first_sent >= self.cfg.request_timeout_s:
                 del self._inflight[rid]
@@ -416,11 +415,15 @@ class EvalClient:
                 )
                 for fut, _, _ in inf.futures:
                     _fail(fut, err)
-            elif due(inf):
-                inf.attempts += 1
-                inf.sent_at = now
-                self.stats.resent += 1
-                self._send_frames(inf.frames)
+
+    def _resend_all(self, now: float) -> None:
+        """Send again every request still waiting (the link or the server may have lost it)."""
+        self._expire(now)
+        for inf in self._inflight.values():
+            inf.attempts += 1
+            inf.sent_at = now
+            self.stats.resent += 1
+            self._send_frames(inf.frames)
 
     def pending_rows(self) -> int:
         """Rows sent and not yet answered."""

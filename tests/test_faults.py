@@ -152,6 +152,7 @@ async def test_leases_survive_a_stopped_server(tmp_path: Path) -> None:
             await asyncio.sleep(1.5)
             status = await ctl.status()
             assert 0 in status["versions"]["resident"], status["versions"]
+            assert status["paused_s"] > 10  # the pause was seen, not slept through by luck
             logits, _ = await game.evaluate(np.zeros((2, 3, 3), np.uint8), v)
             assert logits.shape == (9,)
     finally:

@@ -110,6 +110,7 @@ class InferenceServer:
             "versions": self.residency.registry.snapshot(),
             "queued_rows": self.scheduler.queued_rows,
             "queues": self.scheduler.queue_rows(),
+            "paused_s": self.residency.paused_s,
             **self.metrics.counters(),
         }
 
