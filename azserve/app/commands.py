@@ -57,14 +57,23 @@ def register(sub: Any, common: Common) -> None:
 
     register_bench(sub, common)
 
-    p = sub.add_parser("launch", help="run server, actors and learner across hosts (ssh)")
+    p = sub.add_parser(
+        "launch", help="servers, actors and learner across hosts (Ray, Slurm or ssh)"
+    )
     common(p)
-    p.add_argument("--hosts", required=True, help="hosts file (TOML) naming each host's role")
+    p.add_argument("--cluster", required=True, help="cluster file (TOML, docs/cluster.md)")
     p.add_argument(
-        "--run-dir", help="the learner's run directory on its host (default runs/launch-GAME)"
+        "--run-dir", required=True, help="output directory, on this machine (as for train)"
+    )
+    p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR")
+    p.add_argument("--minutes", type=float, help="time budget (overrides train.minutes)")
+    p.add_argument("--steps", type=int, help="learner step budget (overrides train.steps)")
+    p.add_argument("--games", type=int, help="self-play game budget (overrides train.games)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the resolved plan and start nothing"
     )
     p.add_argument(
-        "--dry-run", action="store_true", help="print the commands instead of running them"
+        "--no-progress", action="store_true", help="plain status lines instead of a live table"
     )
     p.set_defaults(run=_launch)
 
@@ -115,12 +124,17 @@ def _train(args: argparse.Namespace) -> int:
     from azserve.app.schema import load_config
     from azserve.app.train import run_training
 
+    cfg = load_config(args.config, _budget_overrides(args))
+    return run_training(cfg, Path(args.run_dir), resume=args.resume, progress=not args.no_progress)
+
+
+def _budget_overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` overrides plus ``--minutes/--steps/--games`` as ``train.*`` keys."""
     overrides = list(args.overrides)
     for key in ("minutes", "steps", "games"):
         if getattr(args, key) is not None:
             overrides.append(f"train.{key}={getattr(args, key)}")
-    cfg = load_config(args.config, overrides)
-    return run_training(cfg, Path(args.run_dir), resume=args.resume, progress=not args.no_progress)
+    return overrides
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -136,6 +150,14 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from azserve.app.launch import run_launch
+    from azserve.app.cluster.run import ClusterRun, dry_run
+    from azserve.app.cluster.spec import load_cluster
+    from azserve.app.schema import load_config
 
-    return run_launch(args)
+    spec = load_cluster(args.cluster)
+    cfg = load_config(args.config, _budget_overrides(args))
+    if args.dry_run:
+        print(dry_run(cfg, spec, Path(args.run_dir)))
+        return 0
+    run = ClusterRun(cfg, spec, Path(args.run_dir), args.resume, progress=not args.no_progress)
+    return run.run()

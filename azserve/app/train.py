@@ -23,6 +23,7 @@ from typing import Any
 from actors.main import SUMMARY_TAG
 from azserve.app.schema import Config, replace, save_config
 from azserve.app.supervisor import Child, azserve_argv, child_env
+from azserve.auth import AuthConfig
 from azserve.errors import AzserveError
 from azserve.metrics import RateMeter
 from azserve.sync_client import SyncClient
@@ -30,6 +31,9 @@ from learner.checkpoint import latest_checkpoint, list_checkpoints, load_checkpo
 from learner.runlog import read_metrics
 
 log = logging.getLogger("azserve.app.train")
+
+CONFIG_ERROR_EXIT = 2
+"""The CLI's exit code for a config error (``azserve.app.cli``): never worth a restart."""
 
 
 @dataclass
@@ -82,7 +86,7 @@ class Training:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool, progress: bool) -> None:
         self.run_dir = run_dir
         self.sock_dir = Path(tempfile.mkdtemp(prefix="azserve-"))
-        self.cfg = resolve_for_run(cfg, self.sock_dir)
+        self.cfg = self._resolve(cfg)
         self.resume = resume
         self.progress = progress and sys.stdout.isatty()
         self.children: list[Child] = []
@@ -92,7 +96,24 @@ class Training:
         self._stop_reason = ""
         self._eval_thread: threading.Thread | None = None
         self._evaluated: set[Path] = set()
-        self._server_rows = 0.0
+        self._server_rows: dict[str, float] = {}
+        self._server_status: dict[str, dict[str, Any]] = {}
+
+    def _resolve(self, cfg: Config) -> Config:
+        """The config the supervisor works from (the learner's, where roles differ)."""
+        return resolve_for_run(cfg, self.sock_dir)
+
+    def _servers(self) -> list[tuple[str, str]]:
+        """(child name, endpoint) of every inference server, for the status table."""
+        return [("server", self.cfg.server.bind)]
+
+    def _status_auth(self) -> AuthConfig | None:
+        """The keys the supervisor's status queries use (None: the servers are local)."""
+        return None
+
+    def _extra_lines(self) -> list[str]:
+        """More rows for the status table (per server and per host in a cluster run)."""
+        return []
 
     # --- children ------------------------------------------------------------------------------
 
@@ -146,6 +167,7 @@ class Training:
         # server first (actors wait for it), then the learner, then the actors
         for child in self.children:
             child.start()
+        self.t0 = time.monotonic()  # the budget counts from here, not from placing processes
         print(
             f"azserve train: {self.cfg.game}, run dir {self.run_dir}, logs in {self.run_dir / 'logs'}",
             flush=True,
@@ -248,6 +270,9 @@ class Training:
                     file=sys.stderr,
                     flush=True,
                 )
+                if code == CONFIG_ERROR_EXIT:  # the same config would fail the same way
+                    self._request_stop(f"{child.name}: config error (exit {code})")
+                    return 1
                 if t.restart_children and child.restarts < t.max_restarts:
                     child.restarts += 1
                     log.warning("restarting %s (%d/%d)", child.name, child.restarts, t.max_restarts)
@@ -285,8 +310,9 @@ class Training:
         learner = by_name.get("learner")
         if learner is not None and learner.poll() is None:
             learner.stop(timeout=120, sig=signal.SIGINT)
-        if "server" in by_name:
-            by_name["server"].stop(timeout=20)
+        for c in self.children:
+            if c.name.startswith("server"):
+                c.stop(timeout=20)
         if self._eval_thread is not None:
             self._eval_thread.join()
 
@@ -310,18 +336,23 @@ class Training:
                 s.learner_busy = r.get("learner_busy", 0.0)
                 s.inference_busy = r.get("inference_busy", 0.0)
                 s.bottleneck = r.get("bottleneck", s.bottleneck)
-        try:
-            with SyncClient(self.cfg.server.bind, self.cfg.server.model, timeout_s=1.0) as c:
-                st = c.status()
-        except AzserveError:
-            return
-        self._server_rows = st["rows"]
-        s.mean_batch = st["mean_batch"]
+        for name, endpoint in self._servers():
+            try:
+                with SyncClient(
+                    endpoint, self.cfg.server.model, timeout_s=1.0, auth=self._status_auth()
+                ) as c:
+                    self._server_status[name] = c.status()
+            except AzserveError:
+                continue
+            self._server_rows[name] = self._server_status[name]["rows"]
+        batches = [st["mean_batch"] for st in self._server_status.values()]
+        if batches:
+            s.mean_batch = sum(batches) / len(batches)
 
     def _update_rates(self, now: float) -> None:
         """Rates over the last status interval."""
         s = self.snap
-        s.rows_per_s = self._rates.rate("rows", self._server_rows, now)
+        s.rows_per_s = self._rates.rate("rows", sum(self._server_rows.values()), now)
         s.positions_per_s = self._rates.rate("positions", s.positions, now)
         s.steps_per_s = self._rates.rate("steps", s.step, now)
 
@@ -340,6 +371,7 @@ class Training:
             f"  self-play {s.positions_per_s:8.1f} pos/s   inference {s.rows_per_s:8.0f} rows/s "
             f"(batch {s.mean_batch:5.1f}, busy {s.inference_busy:4.0%})   learner {s.steps_per_s:5.2f} steps/s (busy {s.learner_busy:4.0%})",
             f"  loss {s.loss:6.3f}  reuse {s.reuse:5.2f}  policy lag {s.lag:4.2f}  bottleneck: {s.bottleneck}",
+            *self._extra_lines(),
         ]
         if self.progress:
             sys.stdout.write("\x1b[2K" + "\n\x1b[2K".join(lines) + f"\x1b[{len(lines) - 1}A\r")
