@@ -386,6 +386,7 @@ def test_launch_across_three_namespaces_then_ctrl_c_leaves_nothing(
         "--cluster", _cluster_file(lan, tmp_path), "--config", str(TTT),
         "--run-dir", str(run_dir), "--no-progress",
         "--set", "train.status_interval_s=2", "--set", "trainer.batch_size=64",
+        "--set", "eval.sims=4", "--set", "eval.match_games=2",
     ]  # fmt: skip
     launcher = subprocess.Popen(
         argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
