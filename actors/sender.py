@@ -85,7 +85,9 @@ class TrajectorySender(BaseSink):
         if self._ctx is None:
             self._ctx = zmq.asyncio.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
-        client_auth(self._sock, self.auth)
+        client_auth(
+            self._sock, self.auth, ("auth.learner_public_key", self.auth.learner_public_key)
+        )
         # Connection events tell which trajectories a broken link may have swallowed.
         events = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
         self._monitor = self._sock.get_monitor_socket(events)  # type: ignore[assignment]
