@@ -350,3 +350,27 @@ def test_only_public_certificates_are_distributed(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a ZeroMQ certificate"):
         public_certificate(tmp_path / "junk.key")
     assert authorize(public, tmp_path / "authorized").read_bytes() == public.read_bytes()
+
+
+def test_keys_command_one_role_and_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from azserve.app.cli import main
+
+    d = str(tmp_path / "k")
+    assert main(["keys", "--dir", d, "--name", "actors-cpu0"]) == 0
+    out = capsys.readouterr().out
+    assert f"{d}/actors-cpu0.key_secret  secret: stays on this host" in out
+    assert f"{d}/actors-cpu0.key  public" in out
+    assert sorted(p.name for p in (tmp_path / "k").iterdir()) == [
+        "actors-cpu0.key",
+        "actors-cpu0.key_secret",
+    ]
+    before = (tmp_path / "k" / "actors-cpu0.key_secret").read_bytes()
+    assert main(["keys", "--dir", d, "--name", "actors-cpu0"]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (tmp_path / "k" / "actors-cpu0.key_secret").read_bytes() == before
+    assert main(["keys", "--dir", d, "--name", "actors-cpu0", "--force"]) == 0
+    assert (tmp_path / "k" / "actors-cpu0.key_secret").read_bytes() != before
+    assert main(["keys", "--dir", d, "--name", "x", "y"]) == 2
+    assert "not both" in capsys.readouterr().err
