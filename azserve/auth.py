@@ -210,19 +210,37 @@ def peer_key(frame: zmq.Frame) -> str:
     return str(frame.get("User-Id"))
 
 
-def client_auth(
-    sock: zmq.Socket[Any], cfg: AuthConfig, server_key: tuple[str, str] | None = None
-) -> None:
-    """Make ``sock`` a CURVE client of the server whose public certificate is ``server_key``
-    (config key, path; default ``auth.server_public_key``), when one is configured."""
-    name, path = server_key or ("auth.server_public_key", cfg.server_public_key)
+def client_keys(
+    cfg: AuthConfig, endpoint: str, server_key: tuple[str, str] | None = None
+) -> tuple[bytes, bytes, bytes] | None:
+    """(server public, own public, own secret) for a CURVE client of the server at
+    ``endpoint`` whose certificate is ``server_key`` (config key, path; default
+    ``cfg.server_key_for(endpoint)``); None without one, which is refused (``ConfigError``)
+    when the endpoint reaches the network, unless ``allow_insecure_remote``."""
+    name, path = server_key or cfg.server_key_for(endpoint)
     if not path:
-        return
+        if not is_local(endpoint) and not cfg.allow_insecure_remote:
+            raise ConfigError(
+                f"{endpoint!r} reaches the network but {name} is empty: set it to that "
+                "server's public certificate (docs/security.md), or "
+                "auth.allow_insecure_remote=true on a trusted network"
+            )
+        return None
     server_public, _ = _load(path, name, need_secret=False)
     public, secret = _load(cfg.client_secret_key, "auth.client_secret_key", need_secret=True)
-    sock.curve_secretkey = secret
-    sock.curve_publickey = public
-    sock.curve_serverkey = server_public
+    return server_public, public, secret
+
+
+def client_auth(
+    sock: zmq.Socket[Any],
+    cfg: AuthConfig,
+    endpoint: str,
+    server_key: tuple[str, str] | None = None,
+) -> None:
+    """Make ``sock`` a CURVE client as ``client_keys`` says (nothing without keys)."""
+    keys = client_keys(cfg, endpoint, server_key)
+    if keys is not None:
+        sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = keys
 
 
 CLIENT_MAX_MESSAGE_BYTES = 1 << 30
@@ -241,7 +259,7 @@ def connect_dealer(ctx: zmq.Context[Any], endpoint: str, cfg: AuthConfig, **opti
     try:
         for name, value in options.items():
             sock.setsockopt(getattr(zmq, name), value)
-        client_auth(sock, cfg, cfg.server_key_for(endpoint))
+        client_auth(sock, cfg, endpoint)
         sock.connect(endpoint)
     except (ConfigError, zmq.ZMQError):
         sock.close()

@@ -374,3 +374,16 @@ def test_keys_command_one_role_and_force(
     assert (tmp_path / "k" / "actors-cpu0.key_secret").read_bytes() != before
     assert main(["keys", "--dir", d, "--name", "x", "y"]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_clients_refuse_the_network_without_a_server_key() -> None:
+    from actors.config import ActorsConfig
+    from actors.sender import TrajectorySender
+
+    with pytest.raises(ConfigError, match=r"'tcp://192.0.2.7:5555' .* auth.server_public_key"):
+        SyncClient("tcp://192.0.2.7:5555")
+    with pytest.raises(ConfigError, match=r"'tcp://gpu0:5556' .* auth.learner_public_key"):
+        TrajectorySender(ActorsConfig(learner="tcp://gpu0:5556"))
+    insecure = AuthConfig(allow_insecure_remote=True)
+    TrajectorySender(ActorsConfig(learner="tcp://gpu0:5556"), auth=insecure)
+    SyncClient("tcp://192.0.2.7:5555", auth=insecure).close()
