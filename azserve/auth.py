@@ -46,7 +46,8 @@ class AuthConfig:
     """Clients of several servers with their own keys: ``ENDPOINT=CERT`` entries, each
     server's public certificate by its endpoint (``server_public_key`` for the others)."""
     allow_insecure_remote: bool = False
-    """Permit binding a non-loopback address without CURVE (trusted private networks only)."""
+    """Permit binding, or connecting to, a non-loopback address without CURVE (trusted private
+    networks only)."""
 
     def as_learner(self) -> AuthConfig:
         """This config with the learner's pair as the client identity (its publisher)."""
