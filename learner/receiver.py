@@ -134,7 +134,9 @@ class TrajectoryReceiver:
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.MAXMSGSIZE, self.cfg.max_message_bytes)
         try:
-            self._authenticator = server_auth(self._ctx, sock, self.auth, self.cfg.bind)
+            self._authenticator = server_auth(
+                self._ctx, sock, self.auth, self.cfg.bind, role="learner"
+            )
             await self._bind(sock)
         except (zmq.ZMQError, ConfigError, asyncio.CancelledError):
             sock.close(linger=0)

@@ -6,7 +6,6 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from azserve.errors import AzserveError, ConfigError
 
@@ -40,11 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(run=_run_serve)
 
-    p = sub.add_parser("keys", help="write CURVE certificates for cross-host sockets")
-    p.add_argument("--dir", required=True, help="output directory")
-    p.add_argument("names", nargs="*", default=["client"], help="client names (default: client)")
-    p.set_defaults(run=_run_keys)
-
     from azserve.app import commands
 
     commands.register(sub, _common)
@@ -59,22 +53,6 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     uvloop.run(serve(cfg, args.checkpoint, args.version, args.checkpoint_dir))
-    return 0
-
-
-def _run_keys(args: argparse.Namespace) -> int:
-    from azserve.auth import create_keys
-
-    for path in create_keys(args.dir, args.names):
-        print(path)
-    print(
-        f"server: auth.server_secret_key={Path(args.dir) / 'server.key_secret'} "
-        f"auth.client_keys_dir={Path(args.dir) / 'authorized'}"
-    )
-    print(
-        f"clients: auth.server_public_key={Path(args.dir) / 'server.key'} "
-        f"auth.client_secret_key={Path(args.dir) / '<name>.key_secret'}"
-    )
     return 0
 
 

@@ -32,6 +32,12 @@ class ServerMetrics:
             "azserve_compute_busy_seconds_total", "Seconds with a batch computing"
         )
         self.swaps = r.counter("azserve_weight_loads_total", "Weight versions loaded")
+        self.auth_refused = r.counter(
+            "azserve_auth_refused_total", "CURVE handshakes refused (no CURVE, bad or unknown key)"
+        )
+        self.loads_refused = r.counter(
+            "azserve_loads_refused_total", "Weight loads refused: not from the learner's key"
+        )
         self.batch = r.histogram(
             "azserve_batch_size", "Rows per batch", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
         )
