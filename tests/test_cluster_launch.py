@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -332,11 +333,23 @@ def test_watchdog_forwards_signals_and_returns_the_exit_code(tmp_path: Path) -> 
 # --- a real launch across network namespaces --------------------------------------------------
 
 
+def _make_keys(lan: NetnsLan, keys: Path) -> None:
+    """Each host's own pair, made "on" it (namespaces share the filesystem, so each host has
+    its own directory: ``keys = ".../{host}"``)."""
+    from azserve.keys import create_pair
+
+    create_pair(keys / lan[0].name, "server-s0")
+    create_pair(keys / lan[0].name, "learner")
+    for host in lan[1:]:
+        create_pair(keys / host.name, f"actors-{host.name}")
+
+
 def _cluster_file(lan: NetnsLan, tmp_path: Path) -> str:
+    _make_keys(lan, tmp_path / "keys")
     text = f"""
 engine = "ssh"
 network = "auto"
-insecure = true
+keys = "{tmp_path}/keys/{{host}}"
 workdir = "{REPO}"
 python = "{sys.executable}"
 
@@ -428,3 +441,18 @@ def test_launch_across_three_namespaces_then_ctrl_c_leaves_nothing(
     server_log = (run_dir / "logs" / lan[0].name / "server-s0.log").read_text()
     assert "version 2" in server_log or "v2" in server_log, server_log[-2000:]
     assert (run_dir / "report.png").exists() and (run_dir / "config.toml").exists()
+    # CURVE all the way: the launcher's status queries got through with the learner's key
+    assert re.search(r"server-s0 +\d+ rows/s", out), out[-3000:]
+    # only public keys travelled: each host holds its own secret files and no other
+    keys = tmp_path / "keys"
+    secrets = {d.name: sorted(p.name for p in d.rglob("*.key_secret")) for d in keys.iterdir()}
+    assert secrets == {
+        lan[0].name: ["learner.key_secret", "server-s0.key_secret"],
+        lan[1].name: [f"actors-{lan[1].name}.key_secret"],
+        lan[2].name: [f"actors-{lan[2].name}.key_secret"],
+    }
+    authorized = sorted(p.name for p in (keys / lan[0].name / "authorized").iterdir())
+    assert authorized == [f"actors-{lan[1].name}.key", f"actors-{lan[2].name}.key"]
+    for host in lan[1:]:
+        assert (keys / host.name / "server-s0.key").exists()
+        assert (keys / host.name / "learner.key").exists()

@@ -164,13 +164,14 @@ class CommandEngine:
         host = proc.host
         inner = remote_argv(proc, self.run_id, self.python_on(host), display=display)
         workdir = self.spec.workdir or os.getcwd()
+        return self.shell_on(host, f"cd {shlex.quote(workdir)} && exec {shlex.join(inner)}")
+
+    def shell_on(self, host: str, script: str) -> list[str]:
+        """The command line that runs shell ``script`` on ``host`` (key distribution)."""
         if host == "local" and self.spec.engine == "ssh":
-            return ["sh", "-c", f"cd {shlex.quote(workdir)} && exec {shlex.join(inner)}"]
+            return ["sh", "-c", script]
         prefix = [w.replace("{host}", host) for w in shlex.split(self.prefix)]
-        script = f"cd {shlex.quote(workdir)} && exec {shlex.join(inner)}"
-        if self.takes_string:
-            return [*prefix, script]
-        return [*prefix, "sh", "-c", script]
+        return [*prefix, script] if self.takes_string else [*prefix, "sh", "-c", script]
 
     def child(self, proc: RoleProc) -> Child:
         log = self.run_dir / "logs" / _safe(proc.host or "local") / f"{proc.name}.log"

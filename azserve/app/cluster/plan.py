@@ -19,6 +19,9 @@ from azserve.app.schema import Config, replace
 from azserve.auth import AuthConfig, is_local
 from azserve.errors import ConfigError
 
+AuthFor = Callable[[str, str, str, str, dict[str, str]], AuthConfig]
+"""``auth(name, role, host, group, server_endpoints)``: one process's auth section."""
+
 CONFIG_PLACEHOLDER = "{config}"
 """Stands for the path of the process's config file in its argv; the remote side writes the
 config to a file unique to the run and puts the path there."""
@@ -75,7 +78,7 @@ def make_plan(
     run_dir: str,
     addresses: dict[str, str],
     hosts: dict[str, tuple[str, ...]],
-    auth: Callable[[str, str], AuthConfig] | None = None,
+    auth: AuthFor | None = None,
     role_hosts: dict[str, str] | None = None,
 ) -> list[RoleProc]:
     """Every process of the run, servers first, then the learner, then the actors.
@@ -83,7 +86,7 @@ def make_plan(
     ``addresses``: ``server-NAME``/``learner`` -> address others connect to (the engine knows:
     the cluster file for ssh, the node for Slurm and Ray). ``hosts``: actor group name -> the
     hosts its processes start on (``("",)`` under Ray: one slot, ``processes`` in all).
-    ``auth(name, role)``: a process's auth section (None: no CURVE). ``role_hosts``: where
+    ``auth``: each process's auth section (None: no CURVE). ``role_hosts``: where
     the engine starts ``server-NAME``/``learner`` (default: their ``host`` in the file)."""
     placed = role_hosts or {}
     loopback = spec.network == "loopback"
@@ -98,6 +101,7 @@ def make_plan(
         port = spec.server_port(i)
         servers.append((name, f"tcp://{address(name)}:{port}"))
     learner_ep = f"tcp://{address('learner')}:{spec.learner.port}"
+    server_eps = dict(servers)
     all_servers = tuple(ep for _, ep in servers)
     if not loopback:
         _require_keys(spec, [ep for _, ep in servers] + [learner_ep], auth is not None)
@@ -118,7 +122,7 @@ def make_plan(
         c = _resolved(
             cfg,
             common,
-            auth and auth(name, "server"),
+            auth and auth(name, "server", placed.get(name, s.host), "", server_eps),
             spec.insecure,
             server={"bind": bind},
             backend=backend,
@@ -140,7 +144,8 @@ def make_plan(
     c = _resolved(
         cfg,
         common,
-        auth and auth("learner", "learner"),
+        auth
+        and auth("learner", "learner", placed.get("learner", spec.learner.host), "", server_eps),
         spec.insecure,
         learner=learner,
         trainer=trainer,
@@ -170,7 +175,7 @@ def make_plan(
                 c = _resolved(
                     cfg,
                     common,
-                    auth and auth(name, "actors"),
+                    auth and auth(name, "actors", host, g.name, server_eps),
                     spec.insecure,
                     client={"server": server_ep},
                     actors=actors,

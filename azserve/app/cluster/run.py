@@ -48,7 +48,7 @@ def _auth(spec: ClusterSpec) -> Any:
         return None
     from azserve.app.cluster.keys import role_auth
 
-    return lambda name, role: role_auth(spec, name, role)
+    return lambda name, role, host, group, eps: role_auth(spec, name, role, host, group, eps)
 
 
 class ClusterRun(Training):
@@ -79,6 +79,11 @@ class ClusterRun(Training):
         from azserve.app.schema import save_config
 
         save_config(self.cfg, self.run_dir / "config.toml")
+        if self.spec.keys and hasattr(self.engine, "shell_on"):
+            from azserve.app.cluster.keys import distribute
+
+            for line in distribute(self.spec, self.engine, self.procs):
+                print(f"public key {line}", flush=True)
         self.children = [self.engine.child(p) for p in self.procs]
         print(describe(self.procs, {}), flush=True)
 
@@ -90,7 +95,8 @@ class ClusterRun(Training):
             return None
         from azserve.app.cluster.keys import status_auth
 
-        return status_auth(self.spec)
+        learner = next(p for p in self.procs if p.role == "learner")
+        return status_auth(self.spec, learner.host, dict(self._servers()))
 
     def _extra_lines(self) -> list[str]:
         lines = []
