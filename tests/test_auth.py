@@ -180,6 +180,10 @@ async def test_trajectory_socket_needs_an_authorized_key(keys: Path) -> None:
         assert await bad.aclose() == 1  # never acked
         await asyncio.sleep(0.1)
         assert got == [1]
+        deadline = asyncio.get_running_loop().time() + 10
+        while receiver.stats().auth_refused == 0:  # the sender without keys, counted
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.02)
     finally:
         await receiver.aclose()
 
