@@ -360,6 +360,7 @@ class Learner:
             "games_stored": rx.accepted,
             "duplicates_dropped": rx.duplicates,
             "trajectories_rejected": rx.rejected,
+            "auth_refused": rx.auth_refused,
             "games_by_version": {str(v): n for v, n in sorted(rx.by_version.items())},
             "checkpoint_failures": self.checkpoint_failures,
             "versions_restored": self.publisher.restored,

@@ -88,6 +88,8 @@ class ReceiverStats:
     their senders keep them and send them again."""
     by_version: dict[int, int]
     """Accepted trajectories per weights version."""
+    auth_refused: int = 0
+    """CURVE handshakes refused: a peer without CURVE or the learner's key, or unlisted."""
 
 
 class TrajectoryReceiver:
@@ -124,6 +126,7 @@ class TrajectoryReceiver:
         """The bound endpoint, with the actual port, once started."""
         self._received = self._accepted = self._positions = 0
         self._duplicates = self._rejected = self._dropped = self._unstored = 0
+        self._auth_refused = 0
         self._by_version: Counter[int] = Counter()
 
     async def start(self) -> None:
@@ -135,7 +138,13 @@ class TrajectoryReceiver:
         sock.setsockopt(zmq.MAXMSGSIZE, self.cfg.max_message_bytes)
         try:
             self._authenticator = server_auth(
-                self._ctx, sock, self.auth, self.cfg.bind, role="learner"
+                self._ctx,
+                sock,
+                self.auth,
+                self.cfg.bind,
+                role="learner",
+                monitor=True,
+                on_refused=self._refused,
             )
             await self._bind(sock)
         except (zmq.ZMQError, ConfigError, asyncio.CancelledError):
@@ -147,6 +156,8 @@ class TrajectoryReceiver:
         self._sock = sock
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.lifecycle.spawn(self._run(), "recv")
+        if self._authenticator is not None:
+            self.lifecycle.spawn(self._authenticator.watch(), "auth")
         self.lifecycle.started()
 
     async def _bind(self, sock: zmq.asyncio.Socket) -> None:
@@ -200,7 +211,11 @@ class TrajectoryReceiver:
             dropped=self._dropped,
             unstored=self._unstored,
             by_version=dict(self._by_version),
+            auth_refused=self._auth_refused,
         )
+
+    def _refused(self, reason: str) -> None:
+        self._auth_refused += 1
 
     async def _run(self) -> None:
         sock = self._sock

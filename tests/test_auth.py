@@ -180,6 +180,10 @@ async def test_trajectory_socket_needs_an_authorized_key(keys: Path) -> None:
         assert await bad.aclose() == 1  # never acked
         await asyncio.sleep(0.1)
         assert got == [1]
+        deadline = asyncio.get_running_loop().time() + 10
+        while receiver.stats().auth_refused == 0:  # the sender without keys, counted
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.02)
     finally:
         await receiver.aclose()
 
@@ -387,3 +391,63 @@ def test_clients_refuse_the_network_without_a_server_key() -> None:
     insecure = AuthConfig(allow_insecure_remote=True)
     TrajectorySender(ActorsConfig(learner="tcp://gpu0:5556"), auth=insecure)
     SyncClient("tcp://192.0.2.7:5555", auth=insecure).close()
+
+
+async def test_one_auth_table_serves_every_role(
+    make_server: MakeServer, make_client: MakeClient, tmp_path: Path, ref: Reference
+) -> None:
+    """A host that runs every role (``azserve keys --dir D NAMES`` on one trusted machine) sets
+    all the fields in one ``[auth]`` table: each part reads its role's keys only."""
+    import numpy as np
+
+    from actors.config import ActorsConfig
+    from actors.sender import TrajectorySender
+    from azserve.protocol import Trajectory
+    from learner.config import LearnerConfig
+    from learner.publisher import Publisher
+    from learner.receiver import TrajectoryReceiver
+
+    d = tmp_path / "k"
+    create_keys(d, ["actors"])
+    auth = AuthConfig(
+        server_secret_key=str(d / "server.key_secret"),
+        client_keys_dir=str(d / "authorized"),
+        learner_public_key=str(d / "learner.key"),
+        learner_secret_key=str(d / "learner.key_secret"),
+        client_secret_key=str(d / "actors.key_secret"),
+        server_public_key=str(d / "server.key"),
+    )
+    server = await make_server(auth=auth)
+    publisher = Publisher([server.endpoint], auth=auth, timeout_s=10)
+    await publisher.start()
+    try:
+        result = await publisher.publish(1, weights_blob(seed=1))  # as the learner
+        assert list(result.acked_ms) == [server.endpoint], result.failed
+    finally:
+        await publisher.aclose()
+    client = await make_client(server.endpoint, auth=auth)  # as an actor: served, no load
+    obs = positions(3)
+    assert ref.matches(obs, *(await client.evaluate(obs)), seed=1)
+    got: list[int] = []
+    receiver = TrajectoryReceiver(
+        LearnerConfig(bind="tcp://127.0.0.1:*", close_linger_ms=0),
+        (2, 3, 3),
+        9,
+        lambda msg, *arrays: got.append(msg.game_id),
+        auth=auth,
+    )
+    await receiver.start()  # with the learner's pair, which the actors' senders expect
+    sender = TrajectorySender(ActorsConfig(learner=receiver.endpoint), auth=auth)
+    try:
+        await sender.start()
+        await sender.send(
+            Trajectory(actor="a", game_id=7, game="tictactoe", version=1, length=1, result=1.0),
+            np.zeros((1, 2, 3, 3), np.uint8),
+            np.full((1, 9), 1 / 9, np.float32),
+            np.ones(1, np.float32),
+        )
+        assert await sender.aclose() == 0
+    finally:
+        await receiver.aclose()
+    assert got == [7] and receiver.stats().auth_refused == 0
+    assert server.status()["auth"]["loads_refused"] == 0
