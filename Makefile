@@ -20,6 +20,7 @@ train: venv
 	$(BIN)/azserve train --config $(CONFIG) --run-dir $(RUN_DIR)
 
 test: venv
+	scripts/system_deps.sh  # Slurm and munge for the cluster tests (root + apt only)
 	$(BIN)/python -m pytest -q
 
 fuzz: venv

@@ -456,3 +456,19 @@ def test_launch_across_three_namespaces_then_ctrl_c_leaves_nothing(
     for host in lan[1:]:
         assert (keys / host.name / "server-s0.key").exists()
         assert (keys / host.name / "learner.key").exists()
+
+
+@pytest.mark.parametrize("name", ["ssh", "slurm", "ray", "local-ray"])
+def test_shipped_cluster_files_resolve(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from azserve.app.cluster.run import dry_run
+
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu1,cpu[1-2]")
+    spec = load_cluster(str(REPO / "configs" / "cluster" / f"{name}.toml"))
+    text = dry_run(load_config(TTT), spec, tmp_path / "run")
+    assert "learner" in text and "server-" in text and "actor-" in text
+    if name == "slurm":
+        assert "--nodelist=cpu1" in text and "--nodelist=cpu2" in text
+    if name == "ssh":
+        assert "ssh -o BatchMode=yes" in text and "me@10.0.0.7" in text

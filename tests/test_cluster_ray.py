@@ -138,6 +138,8 @@ resources = {{west = 0.01}}
             launcher,
             "the restarted actor process played no game",
         )
+        # docs/cluster.md's figure (status lines come once a second: +-1 s)
+        print(f"kill -9 to the replacement's first finished game: {time.time() - killed_at:.1f} s")
         launcher.send_signal(signal.SIGINT)
         out = launcher.communicate(timeout=200)[0].decode()
     finally:
@@ -148,6 +150,7 @@ resources = {{west = 0.01}}
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["restarts"]["actor-east-0"] >= 1, summary
     assert summary["games_stored"] > 0
+
     # nothing of the run is left: no azserve process, no watchdog (theirs name the run dir or
     # this test's group names)
     def ours() -> dict[int, str]:
@@ -166,7 +169,9 @@ def _wait(cond, timeout: float, launcher: subprocess.Popen[bytes], what: str) ->
     deadline = time.monotonic() + timeout
     while not cond():
         if launcher.poll() is not None:
-            pytest.fail(f"{what}: the launcher exited: {launcher.communicate()[0].decode()[-3000:]}")
+            pytest.fail(
+                f"{what}: the launcher exited: {launcher.communicate()[0].decode()[-3000:]}"
+            )
         if time.monotonic() > deadline:
             pytest.fail(f"{what} within {timeout:.0f} s")
         time.sleep(0.5)

@@ -189,16 +189,11 @@ class CommandEngine:
 
 
 def _address_of(host: str, engine: str) -> str:
+    """ssh: the host without ``user@``; Slurm: the node's name (ZeroMQ resolves it when it
+    connects; servers bind every interface for a name)."""
     from azserve.app.cluster.spec import Placement
 
-    if engine == "slurm":
-        import socket
-
-        try:
-            return socket.gethostbyname(host)
-        except OSError as exc:
-            raise ConfigError(f"slurm node {host!r}: cannot resolve its address: {exc}") from exc
-    return default_address(Placement(host=host))
+    return host if engine == "slurm" else default_address(Placement(host=host))
 
 
 def _safe(name: str) -> str:
