@@ -23,7 +23,7 @@ from azserve.app.cluster.slurm import expand_nodelist
 from azserve.app.cluster.spec import load_cluster
 from azserve.app.schema import load_config
 from azserve.errors import AzserveError, ConfigError
-from tests.netns import NetnsLan, unavailable
+from tests.netns import NetnsHost, NetnsLan, unavailable
 
 REPO = Path(__file__).resolve().parents[1]
 TTT = REPO / "configs" / "tictactoe.toml"
@@ -340,6 +340,7 @@ def _make_keys(lan: NetnsLan, keys: Path) -> None:
 
     create_pair(keys / lan[0].name, "server-s0")
     create_pair(keys / lan[0].name, "learner")
+    create_pair(keys / lan[1].name, "server-s1")
     for host in lan[1:]:
         create_pair(keys / host.name, f"actors-{host.name}")
 
@@ -361,6 +362,11 @@ name = "s0"
 host = "{lan[0].name}"
 address = "{lan[0].address}"
 
+[[server]]
+name = "s1"
+host = "{lan[1].name}"
+address = "{lan[1].address}"
+
 [learner]
 host = "{lan[0].name}"
 address = "{lan[0].address}"
@@ -369,11 +375,13 @@ address = "{lan[0].address}"
 name = "east"
 hosts = ["{lan[1].name}"]
 games = 16
+server = "s0"
 
 [[actors]]
 name = "west"
 hosts = ["{lan[2].name}"]
 games = 16
+server = "s1"
 """
     return write(tmp_path / "cluster.toml", text)
 
@@ -385,9 +393,28 @@ def _metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
 
 
+def _serve_pid(host: NetnsHost) -> int:
+    for pid in host.pids():
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"azserve.app.cli" in cmd and b"serve" in cmd:
+            return pid
+    raise AssertionError(f"no azserve serve in {host.name}")
+
+
+def _caught_up(log: Path, offset: int) -> bool:
+    """Whether the server restarted after ``offset`` of its log went live on a version > 0."""
+    with log.open("rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    return any(int(v) > 0 for v in re.findall(r"version (\d+) live", text))
+
+
 @pytest.mark.cluster
-@pytest.mark.timeout(240)
-def test_launch_across_three_namespaces_then_ctrl_c_leaves_nothing(
+@pytest.mark.timeout(300)
+def test_launch_across_three_namespaces_two_servers_kill_then_ctrl_c_leaves_nothing(
     netns_hosts, tmp_path: Path
 ) -> None:
     if unavailable():
@@ -416,6 +443,17 @@ def test_launch_across_three_namespaces_then_ctrl_c_leaves_nothing(
             pytest.fail("no version 2 within 150 s")
         # every namespace runs its part of the run
         assert all(host.pids() for host in lan)
+        # kill -9 the second server (on the east host, away from the run dir): the launcher
+        # restarts it and the learner catches it up with the current version
+        s1_log = run_dir / "logs" / lan[1].name / "server-s1.log"
+        offset = s1_log.stat().st_size
+        victim = _serve_pid(lan[1])
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 90
+        while not _caught_up(s1_log, offset):
+            assert time.monotonic() < deadline, s1_log.read_text()[-3000:]
+            assert launcher.poll() is None
+            time.sleep(0.5)
         launcher.send_signal(signal.SIGINT)
         out = launcher.communicate(timeout=150)[0].decode()
     finally:
@@ -435,11 +473,13 @@ def test_launch_across_three_namespaces_then_ctrl_c_leaves_nothing(
         assert summary["games"] > 0, group
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["games_stored"] > 0
-    # versions rose and the server went live on them (its log, pulled into the run dir)
+    assert summary["restarts"]["server-s1"] == 1 and summary["restarts"]["server-s0"] == 0
+    # versions rose and both servers went live on them (their logs, pulled into the run dir)
     versions = [r["version"] for r in _metrics(run_dir)]
     assert versions == sorted(versions) and versions[-1] >= 2
-    server_log = (run_dir / "logs" / lan[0].name / "server-s0.log").read_text()
-    assert "version 2" in server_log or "v2" in server_log, server_log[-2000:]
+    for name, host in (("s0", lan[0]), ("s1", lan[1])):
+        server_log = (run_dir / "logs" / host.name / f"server-{name}.log").read_text()
+        assert "version 2 live" in server_log, server_log[-2000:]
     assert (run_dir / "report.png").exists() and (run_dir / "config.toml").exists()
     # CURVE all the way: the launcher's status queries got through with the learner's key
     assert re.search(r"server-s0 +\d+ rows/s", out), out[-3000:]
@@ -448,13 +488,18 @@ def test_launch_across_three_namespaces_then_ctrl_c_leaves_nothing(
     secrets = {d.name: sorted(p.name for p in d.rglob("*.key_secret")) for d in keys.iterdir()}
     assert secrets == {
         lan[0].name: ["learner.key_secret", "server-s0.key_secret"],
-        lan[1].name: [f"actors-{lan[1].name}.key_secret"],
+        lan[1].name: [f"actors-{lan[1].name}.key_secret", "server-s1.key_secret"],
         lan[2].name: [f"actors-{lan[2].name}.key_secret"],
     }
-    authorized = sorted(p.name for p in (keys / lan[0].name / "authorized").iterdir())
-    assert authorized == [f"actors-{lan[1].name}.key", f"actors-{lan[2].name}.key"]
+    for server_host in lan[:2]:
+        authorized = sorted(p.name for p in (keys / server_host.name / "authorized").iterdir())
+        assert authorized == [f"actors-{lan[1].name}.key", f"actors-{lan[2].name}.key"]
+    assert (keys / lan[0].name / "server-s1.key").exists()  # the learner publishes to s1
+    # each actor host got the public key of the server its group uses, and the learner's
+    assert (keys / lan[1].name / "server-s0.key").exists()
+    assert (keys / lan[2].name / "server-s1.key").exists()
+    assert not (keys / lan[2].name / "server-s0.key").exists()
     for host in lan[1:]:
-        assert (keys / host.name / "server-s0.key").exists()
         assert (keys / host.name / "learner.key").exists()
 
 
