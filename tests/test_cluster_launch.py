@@ -72,7 +72,7 @@ def test_plan_derives_every_endpoint_from_the_cluster_file(tmp_path: Path) -> No
     cfg = load_config(TTT)
     engine = CommandEngine(spec, tmp_path, "rid")
     procs = make_plan(
-        spec, cfg, "/runs/x", engine.addresses(), engine.group_hosts(), lambda n, r: cfg.auth
+        spec, cfg, "/runs/x", engine.addresses(), engine.group_hosts(), lambda *_: cfg.auth
     )
     by = {p.name: p for p in procs}
     assert list(by)[:3] == ["server-gpu0", "server-gpu1", "learner"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from azserve.app.cluster.plan import RoleProc, default_address
 from azserve.app.cluster.slurm import allocation_nodes
-from azserve.app.cluster.spec import ClusterSpec
+from azserve.app.cluster.spec import ClusterSpec, host_label
 from azserve.app.config import dump_toml, to_dict
 from azserve.app.supervisor import Child
 from azserve.errors import ConfigError
@@ -174,7 +174,7 @@ class CommandEngine:
         return [*prefix, script] if self.takes_string else [*prefix, "sh", "-c", script]
 
     def child(self, proc: RoleProc) -> Child:
-        log = self.run_dir / "logs" / _safe(proc.host or "local") / f"{proc.name}.log"
+        log = self.run_dir / "logs" / host_label(proc.host or "local") / f"{proc.name}.log"
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         return CommandChild(proc.name, self.command(proc), log, env)
 
@@ -194,10 +194,6 @@ def _address_of(host: str, engine: str) -> str:
     from azserve.app.cluster.spec import Placement
 
     return host if engine == "slurm" else default_address(Placement(host=host))
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
 
 
 __all__ = ["CommandChild", "CommandEngine", "remote_argv"]

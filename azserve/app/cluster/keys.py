@@ -20,25 +20,21 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from azserve.app.cluster.spec import ClusterSpec
+from azserve.app.cluster.spec import ClusterSpec, host_label
 from azserve.auth import AuthConfig
 from azserve.errors import ConfigError
 from azserve.keys import public_certificate
 
 
-def safe(host: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in host) or "local"
-
-
 def actor_key(host: str, group: str) -> str:
     """The key pair name of an actor process on ``host`` (empty under Ray) of ``group``."""
-    return f"actors-{safe(host)}" if host else f"actors-{group}"
+    return f"actors-{host_label(host)}" if host else f"actors-{group}"
 
 
 def keys_dir(spec: ClusterSpec, host: str) -> Path:
     """The keys directory on ``host`` (``{host}`` in the path stands for the host's name, for
     hosts that share a filesystem)."""
-    return Path(spec.keys.replace("{host}", safe(host)))
+    return Path(spec.keys.replace("{host}", host_label(host)))
 
 
 def _server_endpoints(k: Path, spec: ClusterSpec, endpoints: dict[str, str]) -> tuple[str, ...]:

@@ -216,9 +216,22 @@ def _check_resources(where: str, resources: Any) -> None:
             raise ConfigError(f"{where}.{k}={v!r}: must be a number >= 0")
 
 
+def host_label(host: str) -> str:
+    """``host`` as a file-name part (log directories, key names): other characters as ``_``."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in host) or "local"
+
+
 def load_cluster(path: str) -> ClusterSpec:
     """Read and check a cluster file. Bad keys or values raise ``ConfigError``."""
     return from_dict(ClusterSpec, read_toml(path), "")
 
 
-__all__ = ["ENGINES", "ActorGroup", "ClusterSpec", "LearnerRole", "ServerRole", "load_cluster"]
+__all__ = [
+    "ENGINES",
+    "ActorGroup",
+    "ClusterSpec",
+    "LearnerRole",
+    "ServerRole",
+    "host_label",
+    "load_cluster",
+]
