@@ -87,6 +87,7 @@ class Training:
         self.progress = progress and sys.stdout.isatty()
         self.children: list[Child] = []
         self.t0 = time.monotonic()
+        self.started = time.time()
         self.snap = Snapshot()
         self._rates = RateMeter()
         self._stop_reason = ""
@@ -196,6 +197,7 @@ class Training:
             json.dumps(
                 {
                     "stop_reason": self._stop_reason,
+                    "started": self.started,
                     "games_finished": finished,
                     "games_stored": last.get("games", 0),
                     "games_abandoned": abandoned,
