@@ -78,17 +78,27 @@ def completed_q(
     An unvisited action's Q is the mixed value ``(raw_value + sum n * sum_visited p q / sum_visited
     p) / (1 + sum n)``; the completed Qs are rescaled to [0, 1] by their min and max first.
     """
-    total = sum(n)
-    q = [wi / ni if ni else 0.0 for wi, ni in zip(w, n, strict=True)]
-    if total:
-        mass = sum(max(p, _TINY) for p, ni in zip(prior, n, strict=True) if ni)
-        weighted = sum(max(p, _TINY) * qi for p, qi, ni in zip(prior, q, n, strict=True) if ni)
-        mixed = (raw_value + total * weighted / mass) / (total + 1)
-    else:
-        mixed = raw_value
-    done = [qi if ni else mixed for qi, ni in zip(q, n, strict=True)]
+    # One pass, no generators: this runs at every node of every simulation.
+    total = top = 0
+    mass = weighted = 0.0
+    q: list[float | None] = []
+    for p, ni, wi in zip(prior, n, w, strict=True):
+        if ni:
+            qi = wi / ni
+            pm = p if p > _TINY else _TINY
+            total += ni
+            mass += pm
+            weighted += pm * qi
+            if ni > top:
+                top = ni
+            q.append(qi)
+        else:
+            q.append(None)
+    mixed = (raw_value + total * weighted / mass) / (total + 1) if total else raw_value
+    done = [mixed if x is None else x for x in q]
     lo, hi = min(done), max(done)
-    scale = (c_visit + max(n)) * c_scale / max(hi - lo, _EPSILON)
+    span = hi - lo
+    scale = (c_visit + top) * c_scale / (span if span > _EPSILON else _EPSILON)
     return [(x - lo) * scale for x in done]
 
 
@@ -307,13 +317,19 @@ class GumbelSearch:
 
 def _interior_action(node: _GNode, c_visit: float, c_scale: float) -> int:
     """Deterministic selection below the root: argmax of the improved policy minus the visit
-    share ``n / (1 + sum n)``, so visit frequencies track softmax(logits + sigma(completed Q))."""
-    sigma = completed_q(node.raw_value, node.p, node.n, node.w, c_visit, c_scale)
-    probs = _softmax([x + s for x, s in zip(_logits(node.p), sigma, strict=True)])
-    denom = 1 + sum(node.n)
+    share ``n / (1 + sum n)``, so visit frequencies track softmax(logits + sigma(completed Q)).
+    softmax(log p + sigma) is computed as p * exp(sigma), normalised: no logs needed."""
+    n, p = node.n, node.p
+    denom = 1 + sum(n)
+    if denom == 1:  # nothing visited: sigma is 0 everywhere, the improved policy is the prior
+        return p.index(max(p))
+    sigma = completed_q(node.raw_value, p, n, node.w, c_visit, c_scale)
+    top = max(sigma)
+    e = [pj * exp(sj - top) for pj, sj in zip(p, sigma, strict=True)]
+    z = sum(e)
     i, best = 0, -math.inf
-    for j, (pj, nj) in enumerate(zip(probs, node.n, strict=True)):
-        score = pj - nj / denom
+    for j, ej in enumerate(e):
+        score = ej / z - n[j] / denom
         if score > best:
             i, best = j, score
     return i
