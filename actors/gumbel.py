@@ -208,6 +208,7 @@ class GumbelSearch:
                     score = max(_LOW_LOGIT, g[j] + logits[j] + sigma[j])
                     if score > best:
                         i, best = j, score
+            assert i >= 0, "the schedule always names a considered action"
             counts[i] += 1
             evaluations += await self._simulate(root, i, evaluate)
         sigma = completed_q(root.raw_value, root.p, root.n, root.w, cfg.c_visit, cfg.c_scale)

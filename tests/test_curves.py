@@ -55,8 +55,10 @@ def test_points_take_the_learners_time_and_positions_at_their_step() -> None:
     points = join_points(evals, metrics)
     assert [p.step for p in points] == [50, 120]
     assert points[0].minutes == pytest.approx(1.0) and points[0].positions == 4000
-    # Step 120 was written between the rows of 100 and 150: the last row at or before it.
-    assert points[1].minutes == pytest.approx(2.0) and points[1].moves == 36000
+    # Step 120 was reached between the rows of 100 and 150: the first row at or after it.
+    assert points[1].minutes == pytest.approx(3.0) and points[1].moves == 60000
+    late = join_points([c4_row(400, 0.1)], metrics)  # past the last row: the last row
+    assert late[0].positions == 15000
     assert points[0].policy == {"overall": 0.4, "End-Easy": 0.2} and points[0].mcts == {}
     assert points[1].mcts == {"overall": 0.2, "End-Easy": 0.1}  # merged with the policy row
     # Rows without moves (runs before playout caps) count every position as a move.
@@ -142,3 +144,15 @@ def test_checkpoints_scored_once_then_redrawn(tmp_path: Path) -> None:
     assert f["positions_per_s"] == pytest.approx(80 / 90) and f["mcts_step"] == 20
     table = format_table(figures)
     assert table.splitlines()[1].startswith("c4") and "%" in table
+
+
+def test_runs_without_evaluations_give_figures_and_no_image(tmp_path: Path) -> None:
+    cfg = load_config(TTT)
+    run_dir = tmp_path / "short"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text(json.dumps(metrics_row(10.0, 0, 0)) + "\n")
+    (run_dir / "summary.json").write_text(json.dumps({"started": 0.0}) + "\n")
+    figures = run_comparison([Candidate("short", cfg)], tmp_path, minutes=0.5)
+    assert figures["short"]["learner_steps"] == 0 and "policy" not in figures["short"]
+    assert (tmp_path / "compare.json").is_file() and not (tmp_path / "curves.png").exists()
+    assert "-" in format_table(figures).splitlines()[1]

@@ -81,11 +81,15 @@ def run_comparison(
         scored = score_checkpoints(cfg, run_dir)
         print(f"compare: {c.label}: {scored} checkpoints scored with MCTS", flush=True)
     runs = {c.label: read_run(out_dir / c.label) for c in candidates}
-    title = f"{candidates[0].config.game}: {minutes:g} min per candidate"
-    image = draw_curves(runs, out_dir / "curves.png", title)
     figures = {c.label: summarize(runs[c.label], out_dir / c.label) for c in candidates}
     (out_dir / "compare.json").write_text(json.dumps(figures, indent=1) + "\n")
-    print(f"compare: curves in {image}, figures in {out_dir / 'compare.json'}", flush=True)
+    for label, points in runs.items():
+        if not points:
+            print(f"compare: {label}: no checkpoint was evaluated (too short a run?)")
+    if any(runs.values()):
+        title = f"{candidates[0].config.game}: {minutes:g} min per candidate"
+        image = draw_curves(runs, out_dir / "curves.png", title)
+        print(f"compare: curves in {image}, figures in {out_dir / 'compare.json'}", flush=True)
     return figures
 
 

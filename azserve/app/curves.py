@@ -4,8 +4,9 @@ time and against positions recorded, raw policy and MCTS, one colour per run.
 A run directory (``azserve train``'s) holds ``eval.jsonl`` (periodic raw-policy scores and the
 final MCTS one), optionally ``curve.jsonl`` (MCTS scores of kept checkpoints, written after the
 run by ``azserve compare``) and ``metrics.jsonl`` (the learner's rows: time, step, positions,
-moves). An evaluation at learner step ``s`` is placed at the time and positions of the last
-metrics row at or before ``s``: where the learner was when it wrote that checkpoint. Time counts
+moves). An evaluation at learner step ``s`` is placed at the time and positions of the first
+metrics row at or after ``s`` (else the last row): the learner writes a checkpoint on reaching
+its step, so that row is the nearest record of when it was written. Time counts
 from the run's start (``started`` in ``summary.json``), else from its first metrics row.
 """
 
@@ -79,7 +80,7 @@ def join_points(
             m[label].update(mistake_rates(e, label))
     out = []
     for step, m in sorted(merged.items()):
-        i = max(0, bisect.bisect_right(steps, step) - 1)
+        i = min(bisect.bisect_left(steps, step), len(rows) - 1)
         r = rows[i]
         positions = int(r.get("positions", 0))
         out.append(
