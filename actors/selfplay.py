@@ -325,17 +325,18 @@ class SelfPlay:
             now = time.monotonic()
             sink = self.sink.stats()
             log.info(
-                "games/s %.2f  positions/s %.1f  moves/s %.1f  sims/s %.0f  evals/s %.0f  in flight %d  "
-                "loop lag %.1f ms  games %d  positions recorded/moves played %d/%d  latest v%d  "
-                "W/D/L %d/%d/%d  resigned %d  false resign %d/%d  "
+                # The prefix up to "loop lag" is parsed by azserve bench selfplay: keep its order.
+                "games/s %.2f  positions/s %.1f  sims/s %.0f  evals/s %.0f  in flight %d  "
+                "loop lag %.1f ms  moves/s %.1f  games %d  positions recorded/moves played %d/%d  "
+                "latest v%d  W/D/L %d/%d/%d  resigned %d  false resign %d/%d  "
                 "trajectories sent %d acked %d resent %d pending %d  abandoned %s",
                 rates.rate("games", s.games, now),
                 rates.rate("positions", s.positions, now),
-                rates.rate("moves", s.moves, now),
                 rates.rate("simulations", s.simulations, now),
                 rates.rate("evaluations", s.evaluations, now),
                 self.client.pending_rows(),
                 s.loop_lag_ms,
+                rates.rate("moves", s.moves, now),
                 s.games,
                 s.positions,
                 s.moves,

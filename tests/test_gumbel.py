@@ -5,6 +5,7 @@ wins found with few simulations, and self-play recording only the fully searched
 from __future__ import annotations
 
 import asyncio
+import logging
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,6 +19,8 @@ from actors.games.solver import TicTacToeSolver
 from actors.gumbel import GumbelSearch, completed_q, considered_visits
 from actors.mcts import MCTS, MCTSConfig
 from actors.selfplay import SelfPlay, SelfPlayStats, make_search, play_game
+from actors.sinks import BaseSink
+from azserve.app.bench.selfplay import parse_status_lines
 from azserve.app.schema import load_config
 from azserve.client import ClientConfig, EvalClient
 from azserve.errors import ConfigError
@@ -425,8 +428,9 @@ def test_config_keys_are_checked() -> None:
 
 
 async def test_gumbel_selfplay_with_playout_cap_against_the_real_server(
-    make_server: MakeServer,
+    make_server: MakeServer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="actors.selfplay")
     server = await make_server()
     cfg = MCTSConfig(
         algorithm="gumbel",
@@ -436,17 +440,20 @@ async def test_gumbel_selfplay_with_playout_cap_against_the_real_server(
         fast_simulations=2,
         resign_threshold=-2.0,
     )
-    async with EvalClient(ClientConfig(server=server.endpoint)) as client:
-        sink = _ListSink()
+    async with EvalClient(ClientConfig(server=server.endpoint)) as client, _ListSink() as sink:
         sp = SelfPlay(
             "tictactoe",
-            ActorsConfig(games=8, max_games=12, status_interval_s=0),
+            ActorsConfig(games=8, max_games=12, status_interval_s=0.05),
             cfg,
             client,
             sink,
             "g0",
         )
         stats = await asyncio.wait_for(sp.run(asyncio.Event()), 45)
+    # The status line shows positions recorded of moves played, and bench selfplay still
+    # parses its rates.
+    lines = [r.getMessage() for r in caplog.records if "positions recorded" in r.getMessage()]
+    assert lines and parse_status_lines("\n".join(lines))
     assert stats.games >= 12
     assert len(sink.items) + stats.unrecorded_games == stats.games
     assert stats.positions < stats.moves
@@ -460,15 +467,13 @@ async def test_gumbel_selfplay_with_playout_cap_against_the_real_server(
         assert set(np.unique(outcome)) <= {-1.0, 0.0, 1.0}
 
 
-class _ListSink:
+class _ListSink(BaseSink):
+    """A local sink that keeps what it is sent."""
+
     def __init__(self) -> None:
+        super().__init__()
         self.items: list = []
 
-    async def start(self) -> None:
-        pass
-
-    async def send(self, traj, obs, policy, outcome) -> None:  # type: ignore[no-untyped-def]
+    async def _put(self, traj, obs, policy, outcome) -> None:  # type: ignore[no-untyped-def]
+        await super()._put(traj, obs, policy, outcome)
         self.items.append((traj, obs.copy(), policy.copy(), outcome.copy()))
-
-    async def aclose(self) -> int:
-        return 0
