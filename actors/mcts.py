@@ -99,6 +99,14 @@ class MCTSConfig:
                 f"{self.num_simulations}] when full_search_fraction < 1"
             )
 
+    @property
+    def mean_simulations(self) -> float:
+        """Simulations per move on average: full and fast searches by their shares."""
+        f = self.full_search_fraction
+        if f >= 1.0:
+            return float(self.num_simulations)
+        return f * self.num_simulations + (1.0 - f) * self.fast_simulations
+
 
 @dataclass(frozen=True)
 class SearchResult:
