@@ -80,7 +80,13 @@ async def run_actors(
         raise ComponentFailed(f"actor {actor_id}: {client.lifecycle.error!r}")
     if undelivered:
         log.warning("%d trajectories were not delivered", undelivered)
-    log.info("actor %s done: %d games, %d positions", actor_id, stats.games, stats.positions)
+    log.info(
+        "actor %s done: %d games, %d positions recorded of %d moves played",
+        actor_id,
+        stats.games,
+        stats.positions,
+        stats.moves,
+    )
     sent = sink.stats()
     # One machine-readable line: the supervisor's final summary adds these up over actors.
     summary = {

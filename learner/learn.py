@@ -68,6 +68,8 @@ class Learner:
         self.checkpoint_failures = 0
         self.games = 0
         self.positions = 0
+        self.moves = 0
+        """Moves played in the stored games; ``positions`` of them were recorded."""
         if resume:
             self._resume()
         self.replay = Replay(cfg.replay, cfg.net.obs_shape, cfg.net.num_actions)
@@ -123,6 +125,7 @@ class Learner:
         # Totals continue across restarts (train.games budgets and metrics rows count them).
         self.games = int(ckpt.meta.extra.get("games", 0))
         self.positions = int(ckpt.meta.extra.get("positions", 0))
+        self.moves = int(ckpt.meta.extra.get("moves", self.positions))
         log.info(
             "resumed from %s: step %d, version %d",
             path,
@@ -154,6 +157,7 @@ class Learner:
                 added += 1
                 self.games += 1
                 self.positions += len(outcome)
+                self.moves += max(msg.moves, len(outcome))
         if added:
             log.info("journal: %d games received after the checkpoint were restored", added)
         return added
@@ -173,6 +177,7 @@ class Learner:
         self.replay.insert(obs, policy, outcome, msg.version)
         self.games += 1
         self.positions += len(outcome)
+        self.moves += max(msg.moves, len(outcome))
         self._data.set()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -278,18 +283,18 @@ class Learner:
             "".join(f"; {s}: {why}" for s, why in result.failed.items()),
         )
 
-    def _cut_journal(self) -> tuple[int, int, int] | None:
-        """On the event loop, at once: the (games, positions) a checkpoint about to be taken
-        counts, and a new journal segment (its number is the third item) for what follows.
+    def _cut_journal(self) -> tuple[int, int, int, int] | None:
+        """On the event loop, at once: the (games, positions, moves) a checkpoint about to be
+        taken counts, and a new journal segment (its number is the last item) for what follows.
         None when the segment cannot be started (a full disk): no checkpoint this time."""
-        counts = (self.games, self.positions)
+        counts = (self.games, self.positions, self.moves)
         try:
             return (*counts, self._rotate_journal())
         except OSError as exc:
             self._checkpoint_failed(exc)
             return None
 
-    def _try_checkpoint(self, counts: tuple[int, int, int]) -> bool:
+    def _try_checkpoint(self, counts: tuple[int, int, int, int]) -> bool:
         """Checkpoint; a write error (ENOSPC, EIO, a read-only disk) is one log line and a
         False, and training goes on (the caller retries at the next step)."""
         try:
@@ -311,14 +316,15 @@ class Learner:
                 self.versions.current,
             )
 
-    def _checkpoint(self, counts: tuple[int, int, int]) -> Path:
-        """Save a checkpoint counting ``counts`` = (games, positions, first journal segment
-        after it): exactly the games in the segments before that one (``_cut_journal``)."""
-        games, positions, segment = counts
+    def _checkpoint(self, counts: tuple[int, int, int, int]) -> Path:
+        """Save a checkpoint counting ``counts`` = (games, positions, moves, first journal
+        segment after it): exactly the games in the segments before that one (``_cut_journal``)."""
+        games, positions, moves, segment = counts
         state = {
             **self.trainer.state_dict(),
             "games": games,
             "positions": positions,
+            "moves": moves,
             "journal_from": segment,
         }
         return save_checkpoint(
@@ -335,7 +341,12 @@ class Learner:
         """A checkpoint of the current state (on a clean stop). Weights trained past the last
         published version get the next version number: a resumed run serves them under it."""
         self.versions.settle(self.trainer.step_count)
-        counts = (self.games, self.positions, self._rotate_journal())  # OSError: to the caller
+        counts = (
+            self.games,
+            self.positions,
+            self.moves,
+            self._rotate_journal(),
+        )  # OSError: to the caller
         path = self._checkpoint(counts)
         self.journal.close()
         return path
@@ -350,6 +361,7 @@ class Learner:
             "version": self.versions.current,
             "games": self.games,
             "positions": self.positions,
+            "moves": self.moves,
             **{k: v for k, v in self.last.items() if k != "step"},
             "replay_size": m.size,
             "reuse": m.reuse,

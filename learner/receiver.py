@@ -273,6 +273,8 @@ class TrajectoryReceiver:
         t = msg.length
         if t < 1:
             return f"length {t} < 1"
+        if msg.moves and msg.moves < t:
+            return f"moves {msg.moves} < length {t}"
         want = {
             "obs": (obs, np.uint8, (t, *self.obs_shape)),
             "policy": (policy, np.float32, (t, self.num_actions)),

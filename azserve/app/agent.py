@@ -88,13 +88,15 @@ class Agent:
         if state is not None:
             load_strict(model, state, "checkpoint weights")
         self.evaluator = LocalEvaluator(model)
-        # Analysis is deterministic: no noise, no temperature, no resignation.
+        # Analysis is deterministic: no noise, no temperature, no resignation; every search
+        # is a full one (playout caps are a self-play setting).
         self.mcts_cfg = replace(
             mcts,
             temperature=0.0,
             temperature_moves=0,
             resign_threshold=-2.0,
             dirichlet_fraction=0.0,
+            full_search_fraction=1.0,
         )
         self.seed = seed
 

@@ -37,6 +37,34 @@ def register(sub: Any, common: Common) -> None:
     )
     p.set_defaults(run=_train)
 
+    p = sub.add_parser(
+        "compare", help="train candidate configs for equal minutes in turn; curves in one image"
+    )
+    p.add_argument(
+        "--config", action="append", required=True, help="a candidate's TOML config (repeat)"
+    )
+    p.add_argument("--label", action="append", help="a candidate's name (default: file stem)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one config value in every candidate (repeatable)",
+    )
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument("--run-dir", required=True, help="one run directory per candidate goes here")
+    p.add_argument("--minutes", type=float, required=True, help="training time per candidate")
+    p.add_argument(
+        "--keep-every",
+        type=int,
+        help="keep a checkpoint every N steps for the MCTS curve (checkpoint.keep_every)",
+    )
+    p.add_argument(
+        "--no-progress", action="store_true", help="plain log lines instead of the live table"
+    )
+    p.set_defaults(run=_compare)
+
     p = sub.add_parser("analyze", help="JSON-lines analysis engine (stdin -> stdout)")
     common(p, config_required=False)
     p.add_argument("--checkpoint", required=True, help="weights or checkpoint (.safetensors)")
@@ -154,6 +182,12 @@ def _budget_overrides(args: argparse.Namespace) -> list[str]:
         if getattr(args, key) is not None:
             overrides.append(f"train.{key}={getattr(args, key)}")
     return overrides
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from azserve.app.compare import run_compare
+
+    return run_compare(args)
 
 
 def _analyze(args: argparse.Namespace) -> int:

@@ -45,6 +45,7 @@ class Snapshot:
     version: int = 0
     games: int = 0
     positions: int = 0
+    moves: int = 0
     loss: float = float("nan")
     reuse: float = 0.0
     lag: float = 0.0
@@ -91,6 +92,7 @@ class Training:
         self.progress = progress and sys.stdout.isatty()
         self.children: list[Child] = []
         self.t0 = time.monotonic()
+        self.started = time.time()
         self.snap = Snapshot()
         self._rates = RateMeter()
         self._stop_reason = ""
@@ -218,6 +220,7 @@ class Training:
             json.dumps(
                 {
                     "stop_reason": self._stop_reason,
+                    "started": self.started,
                     "games_finished": finished,
                     "games_stored": last.get("games", 0),
                     "games_abandoned": abandoned,
@@ -328,6 +331,7 @@ class Training:
                 r = rows[-1]
                 s.step, s.version = int(r.get("step", 0)), int(r.get("version", 0))
                 s.games, s.positions = int(r.get("games", 0)), int(r.get("positions", 0))
+                s.moves = int(r.get("moves", s.positions))
                 s.loss, s.reuse, s.lag = (
                     r.get("loss", s.loss),
                     r.get("reuse", 0.0),
@@ -367,7 +371,7 @@ class Training:
             budget = f"{min(1.0, s.games / t.games):4.0%} of {t.games} games"
         lines = [
             f"[{_bar(s, t)}] {budget}  elapsed {s.elapsed_s / 60:5.1f} min",
-            f"  games {s.games:>8}  positions {s.positions:>9}  step {s.step:>7}  version {s.version:>4}",
+            f"  games {s.games:>8}  positions {s.positions:>9} of {s.moves:>9} moves  step {s.step:>7}  version {s.version:>4}",
             f"  self-play {s.positions_per_s:8.1f} pos/s   inference {s.rows_per_s:8.0f} rows/s "
             f"(batch {s.mean_batch:5.1f}, busy {s.inference_busy:4.0%})   learner {s.steps_per_s:5.2f} steps/s (busy {s.learner_busy:4.0%})",
             f"  loss {s.loss:6.3f}  reuse {s.reuse:5.2f}  policy lag {s.lag:4.2f}  bottleneck: {s.bottleneck}",
