@@ -19,10 +19,10 @@ import numpy as np
 from actors.games import Game, State, make_game
 from actors.games.solver import TicTacToeSolver
 from azserve.app.agent import Agent, analysis_mcts
+from azserve.app.presets import resolve_data_path
 from azserve.app.schema import Config
 from azserve.model.weights import load_weights_file
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SET_NAMES = {
     "Test_L3_R1": "End-Easy",
     "Test_L2_R1": "Middle-Easy",
@@ -31,11 +31,6 @@ SET_NAMES = {
     "Test_L1_R2": "Beginning-Medium",
     "Test_L1_R3": "Beginning-Hard",
 }
-
-
-def resolve_data_path(path: str) -> Path:
-    p = Path(path)
-    return p if p.is_absolute() or p.exists() else REPO_ROOT / p
 
 
 def tictactoe_optimality(agent: Agent, sims: int) -> dict[str, float]:

@@ -107,6 +107,12 @@ class InferenceServer:
             "server_id": self.server_id,
             "state": self.state,
             "model": self.cfg.model,
+            # The contract a client needs: what one request may carry and what comes back.
+            "max_batch_size": self.cfg.max_batch_size,
+            "max_queued_rows": self.cfg.max_queued_rows,
+            "obs_shape": list(self.spec.obs_shape),
+            "obs_dtype": self.spec.obs_dtype,
+            "num_actions": self.spec.num_actions,
             "versions": self.residency.registry.snapshot(),
             "queued_rows": self.scheduler.queued_rows,
             "queues": self.scheduler.queue_rows(),
@@ -279,6 +285,11 @@ class InferenceServer:
             raise RemoteError(
                 "TooManyRows", f"{rows} rows; a request carries 1..{self.cfg.max_batch_size}"
             )
+        # Planes are 0/1: anything else (or NaN, which would come back as NaN) is a client bug.
+        if obs.dtype == np.uint8 and obs.max() > 1:
+            raise RemoteError("BadValue", f"uint8 obs must be 0 or 1, got {int(obs.max())}")
+        if obs.dtype == np.float32 and not np.isfinite(obs).all():
+            raise RemoteError("BadValue", "float32 obs must be finite (NaN or inf received)")
         if not self.lifecycle.running:
             raise RemoteError("ServerClosed", "server is shutting down")
         version = self.residency.resolve(msg.version)
