@@ -166,7 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
         "versions, queues and counters, as one JSON object.",
     )
     p.add_argument(
-        "endpoint", nargs="?", default="tcp://127.0.0.1:5555", help="the server's endpoint"
+        "endpoint",
+        nargs="?",
+        default=os.environ.get("AZSERVE_SERVER", "tcp://127.0.0.1:5555"),
+        help="the server's endpoint (default: $AZSERVE_SERVER, else %(default)s)",
     )
     p.add_argument("--timeout", type=float_in(0.01), default=5.0, help="seconds to wait")
     p.set_defaults(run=_run_status)
