@@ -158,3 +158,20 @@ def evaluate_checkpoint(
                 agent, earlier, cfg.eval.match_games, cfg.eval.match_sims, opening_plies=2
             )
     return out
+
+
+def eval_scalars(result: dict[str, Any], prefix: str = "eval") -> dict[str, float]:
+    """An evaluation result as flat TensorBoard scalars: ``{"tictactoe": {"policy_optimal":
+    0.98}}`` -> ``{"eval/tictactoe/policy_optimal": 0.98}``; match results as scores in [0, 1]
+    (win 1, draw 1/2)."""
+    out: dict[str, float] = {}
+    for key, value in result.items():
+        name = f"{prefix}/{key}"
+        if isinstance(value, dict) and {"win", "draw", "loss"} <= set(value):
+            n = max(1, value["win"] + value["draw"] + value["loss"])
+            out[f"{name}/score"] = (value["win"] + 0.5 * value["draw"]) / n
+        elif isinstance(value, dict):
+            out.update(eval_scalars(value, name))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out

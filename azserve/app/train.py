@@ -95,6 +95,8 @@ class Training:
         self._eval_thread: threading.Thread | None = None
         self._evaluated: set[Path] = set()
         self._server_rows = 0.0
+        self._tb: Any = None
+        self._tb_lock = threading.Lock()
 
     # --- children ------------------------------------------------------------------------------
 
@@ -172,6 +174,8 @@ class Training:
             interrupted = self._stop_reason.startswith("interrupted")
             self.display.close()  # its last frame stays above what follows
         self._final_eval()
+        if self._tb is not None:
+            self._tb.close()
         self._report()
         self.display.note(self.write_summary())
         self.display.note(f"stopped: {self._stop_reason}; outputs in {self.run_dir}")
@@ -418,7 +422,21 @@ class Training:
         }
         with (self.run_dir / "eval.jsonl").open("a") as f:
             f.write(json.dumps(row) + "\n")
+        self._tb_eval(result, meta.step)
         log.info("eval of step %d (v%d): %s", meta.step, meta.version, json.dumps(sig(result)))
+
+    def _tb_eval(self, result: dict[str, Any], step: int) -> None:
+        """Evaluation scalars beside the learner's in ``tb/`` (grouped ``eval/``)."""
+        from torch.utils.tensorboard import SummaryWriter
+
+        from azserve.app.evaluate import eval_scalars
+
+        with self._tb_lock:
+            if self._tb is None:
+                self._tb = SummaryWriter(str(self.run_dir / "tb"), filename_suffix=".eval")
+            for tag, value in eval_scalars(result).items():
+                self._tb.add_scalar(tag, value, step)
+            self._tb.flush()
 
     def _final_eval(self) -> None:
         path = latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir)

@@ -26,8 +26,8 @@ from azserve.auth import AuthConfig, server_auth
 from azserve.backends.base import Backend
 from azserve.errors import AzserveError, ConfigError, RemoteError, WeightsError
 from azserve.lifecycle import Lifecycle, State
-from azserve.metrics import serve_metrics
 from azserve.model.spec import ModelSpec
+from azserve.prom import start_endpoint
 from azserve.server.config import ServerConfig
 from azserve.server.metrics import ServerMetrics
 from azserve.server.residency import Residency
@@ -71,6 +71,7 @@ class InferenceServer:
             lambda: self.scheduler.queued_rows,
             lambda: self.residency.latest,
             lambda: len(self.residency.resident()),
+            model=cfg.model,
         )
         # socket -> scheduler (eval) / residency (load, pins); each owns its state
         self.scheduler = Scheduler(
@@ -165,10 +166,9 @@ class InferenceServer:
         self.lifecycle.spawn(self._recv_loop(), "recv")
         self.lifecycle.spawn(self.scheduler.run(), "schedule")
         self.lifecycle.spawn(self._housekeeping(), "housekeeping")
-        if self.cfg.metrics_port:
-            self._metrics_server = await serve_metrics(
-                self.cfg.metrics_host, self.cfg.metrics_port, self.metrics.registry.render
-            )
+        self._metrics_server = await start_endpoint(
+            self.metrics.prom, self.cfg.metrics_host, self.cfg.metrics_port, "server"
+        )
         self.lifecycle.started()
         log.info(
             "serving model %r on %s (latest version %d)",
@@ -360,5 +360,5 @@ class InferenceServer:
         self._sock.send_multipart(envelope + P.encode(msg, arrays), copy=False)
 
     def _send_error(self, envelope: list[bytes], rid: int | None, type_: str, message: str) -> None:
-        self.metrics.errors.inc()
+        self.metrics.error(type_)
         self._send(envelope, P.ErrorReply(id=rid, type=type_, message=message))
