@@ -27,3 +27,28 @@ def test_protocol_doc_covers_the_contract() -> None:
         assert f"`{field}`" in doc, field
     for term in ("BadValue", "azserve.checkpoint/1", "plane 0", "stem.0.weight"):
         assert term in doc, term
+
+
+def test_grafana_dashboard_uses_exported_names() -> None:
+    """Every metric the dashboard queries is one a role exports (names as in the code)."""
+    import json
+    import re
+
+    dash = json.loads((REPO / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    names = set(re.findall(r"\b((?:azserve|process)_[a-z_]+)", " ".join(exprs)))
+    sources = "".join(
+        (REPO / p).read_text()
+        for p in (
+            "azserve/prom.py",
+            "azserve/server/metrics.py",
+            "learner/prom.py",
+            "actors/prom.py",
+        )
+    )
+    suffixes = ("_bucket", "_sum", "_count", "_total", "_info")
+    for name in names:
+        base = name
+        for s in suffixes:
+            base = base.removesuffix(s)
+        assert base.startswith("process_") or f'"{base}"' in sources, name
