@@ -49,7 +49,7 @@ docs: venv
 
 # Outputs and caches; the virtual environment stays (distclean removes it too).
 clean:
-	rm -rf runs .pytest_cache build *.egg-info
+	rm -rf runs .pytest_cache build dist
 
 distclean: clean
 	rm -rf $(VENV)

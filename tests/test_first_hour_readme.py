@@ -27,7 +27,7 @@ import pytest
 
 from tests.conftest import free_tcp_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # real trainings: 1-2 min
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```\s*$", re.M | re.S)
