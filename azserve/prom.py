@@ -10,8 +10,10 @@ where their values are bounded (model name, error type, role, game, reason).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import platform
+from collections.abc import Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 import prometheus_client
@@ -22,6 +24,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.core import HistogramMetricFamily, Metric
 
 from azserve.metrics import serve_metrics
 
@@ -49,6 +52,44 @@ SECONDS = (
     30.0,
 )
 """Latency buckets (seconds): 100 us to 30 s."""
+
+
+class LoopHistogram:
+    """A histogram for one event loop's hot path: ``observe`` is a bisect and three additions
+    (no lock; prometheus_client's own costs about 4 us a call), exported at scrape time by a
+    ``LoopHistograms`` collector on the same loop. Prometheus semantics: bucket ``le=b``
+    counts observations ``<= b``."""
+
+    def __init__(self, buckets: Sequence[float] = SECONDS) -> None:
+        self.bounds = list(buckets)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, x: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, x)] += 1
+        self.sum += x
+        self.count += 1
+
+
+class LoopHistograms:
+    """Collector of named ``LoopHistogram`` series (``add``), one label set each."""
+
+    def __init__(self) -> None:
+        self._series: list[tuple[str, str, dict[str, str], LoopHistogram]] = []
+
+    def add(self, name: str, doc: str, labels: dict[str, str], hist: LoopHistogram) -> None:
+        self._series.append((name, doc, labels, hist))
+
+    def collect(self) -> Iterator[Metric]:
+        for name, doc, labels, h in self._series:
+            family = HistogramMetricFamily(name, doc, labels=list(labels))
+            cumulative, acc = [], 0
+            for bound, n in zip([*map(str, h.bounds), "+Inf"], h.counts):
+                acc += n
+                cumulative.append((bound, float(acc)))
+            family.add_metric(list(labels.values()), cumulative, sum_value=h.sum)
+            yield family
 
 
 def role_registry(role: str) -> CollectorRegistry:

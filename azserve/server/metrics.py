@@ -12,7 +12,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from azserve.metrics import Counter as Tally
 from azserve.metrics import Histogram as Histogram_
 from azserve.metrics import LatencyWindow, RateMeter
-from azserve.prom import SECONDS, render, role_registry
+from azserve.prom import SECONDS, LoopHistogram, LoopHistograms, render, role_registry
 
 BATCH_BOUNDS: list[float] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 """Rows-per-batch buckets."""
@@ -33,7 +33,7 @@ class _Count:
 class _Latency:
     """Recent-window percentiles in ms (the status reply) and a Prometheus histogram in s."""
 
-    def __init__(self, window: LatencyWindow, prom: Any) -> None:
+    def __init__(self, window: LatencyWindow, prom: LoopHistogram) -> None:
         self._window = window
         self._prom = prom
 
@@ -65,8 +65,13 @@ class ServerMetrics:
         def count(name: str, doc: str) -> _Count:
             return _Count(Counter(name, doc, ["model"], registry=reg).labels(**m))
 
+        # Observed per request on the loop: lock-free histograms, collected at scrape time.
+        histograms = LoopHistograms()
+        reg.register(histograms)
+
         def seconds(name: str, doc: str) -> _Latency:
-            hist = Histogram(name, doc, ["model"], buckets=SECONDS, registry=reg).labels(**m)
+            hist = LoopHistogram(SECONDS)
+            histograms.add(name, doc, m, hist)
             return _Latency(LatencyWindow(name, doc), hist)
 
         self.requests = count("azserve_requests", "Eval requests served")
