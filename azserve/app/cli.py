@@ -131,7 +131,13 @@ def _common(p: argparse.ArgumentParser, config_required: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="azserve", description=DESCRIPTION)
+    parser = Parser(
+        prog="azserve",
+        description=DESCRIPTION,
+        epilog="examples:\n  azserve train --config tictactoe --run-dir runs/ttt\n"
+        "  azserve analyze --checkpoint runs/ttt < positions.jsonl\n"
+        "  azserve COMMAND --help    (each command's flags, defaults and an example)",
+    )
     parser.add_argument("--version", action="version", version=f"azserve {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
