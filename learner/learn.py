@@ -21,6 +21,7 @@ from actors.games import make_game
 from azserve.errors import ComponentFailed, ConfigError, WeightsError
 from azserve.metrics import RateMeter, bottleneck
 from azserve.model.weights import load_weights_file, state_dict_to_bytes
+from azserve.prom import start_endpoint
 from learner.checkpoint import (
     journal_from,
     list_checkpoints,
@@ -30,6 +31,7 @@ from learner.checkpoint import (
 )
 from learner.config import LearnerSettings
 from learner.journal import Journal
+from learner.prom import learner_registry
 from learner.publisher import Publisher
 from learner.receiver import DuplicateFilter, TrajectoryReceiver
 from learner.replay import Replay
@@ -109,6 +111,9 @@ class Learner:
         """Mean busy fraction of the servers over the last status interval."""
         self.learner_busy = 0.0
         """Fraction of the last status interval spent training (not waiting for data)."""
+        self.server_stats: dict[str, float] = {}
+        """The servers' mean batch and latency percentiles at the last status interval."""
+        self.prom, self._step_seconds = learner_registry(self)
 
     def _resume(self) -> None:
         ckpt, bad = newest_readable_checkpoint(self.ckpt_dir)
@@ -184,6 +189,8 @@ class Learner:
         # actors -> receiver -> replay ; trainer -> publisher -> servers
         await self.receiver.start()
         await self.publisher.start()
+        cfg = self.cfg.learner
+        metrics = await start_endpoint(self.prom, cfg.metrics_host, cfg.metrics_port, "learner")
         try:
             if self._lost_checkpoints:
                 await self._skip_past_servers()
@@ -195,6 +202,8 @@ class Learner:
             finally:
                 status.cancel()
         finally:
+            if metrics is not None:
+                metrics.close()
             await self.receiver.aclose()
             await self.publisher.aclose()
             self._pool.shutdown(wait=True)
@@ -229,6 +238,7 @@ class Learner:
             t0 = time.monotonic()
             self.last = await loop.run_in_executor(self._pool, self.trainer.step, batch)
             self.train_s += time.monotonic() - t0
+            self._step_seconds.observe(time.monotonic() - t0)
             step = self.trainer.step_count
             if step % self.cfg.learner.log_every == 0:
                 self.runlog.write(self.row(), step)
@@ -378,6 +388,7 @@ class Learner:
             "versions_restored": self.publisher.restored,
             "learner_busy": self.learner_busy,
             "inference_busy": self.inference_busy,
+            **self.server_stats,
             "bottleneck": bottleneck(
                 {"learner": self.learner_busy, "inference": self.inference_busy}
             ),
@@ -420,9 +431,17 @@ class Learner:
     async def _inference_busy(self, now: float) -> float:
         """Mean busy fraction of the servers since the last call (their ``busy_s`` counters)."""
         fractions = []
-        for server, st in (await self.publisher.statuses()).items():
+        replies = await self.publisher.statuses()
+        statuses = [st for st in replies.values() if st is not None]
+        for server, st in replies.items():
             if st is not None:
                 fractions.append(min(1.0, self._rates.rate(f"busy {server}", st["busy_s"], now)))
+        if statuses:  # for metrics.jsonl, TensorBoard and the report
+            self.server_stats = {
+                "server_batch": sum(st["mean_batch"] for st in statuses) / len(statuses),
+                "server_latency_p50_ms": max(st["latency_ms"]["p50"] for st in statuses),
+                "server_latency_p99_ms": max(st["latency_ms"]["p99"] for st in statuses),
+            }
         return sum(fractions) / len(fractions) if fractions else self.inference_busy
 
 

@@ -12,6 +12,10 @@ Common = Callable[..., None]
 
 
 def register(sub: Any, common: Common) -> None:
+    from azserve.app.cli import float_in, int_in
+
+    sims = int_in(0, 1 << 20)
+    games = ("tictactoe", "connect4")
     p = sub.add_parser("actors", help="self-play actor process")
     common(p)
     p.add_argument("--id", help="actor id (default: host-pid)")
@@ -29,9 +33,15 @@ def register(sub: Any, common: Common) -> None:
     common(p)
     p.add_argument("--run-dir", required=True, help="output directory")
     p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR")
-    p.add_argument("--minutes", type=float, help="time budget (overrides train.minutes)")
-    p.add_argument("--steps", type=int, help="learner step budget (overrides train.steps)")
-    p.add_argument("--games", type=int, help="self-play game budget (overrides train.games)")
+    p.add_argument(
+        "--minutes", type=float_in(0), help="time budget (overrides train.minutes; 0 = none)"
+    )
+    p.add_argument(
+        "--steps", type=int_in(0), help="learner step budget (overrides train.steps; 0 = none)"
+    )
+    p.add_argument(
+        "--games", type=int_in(0), help="self-play game budget (overrides train.games; 0 = none)"
+    )
     p.add_argument(
         "--no-progress", action="store_true", help="plain log lines instead of the live table"
     )
@@ -67,17 +77,29 @@ def register(sub: Any, common: Common) -> None:
 
     p = sub.add_parser("analyze", help="JSON-lines analysis engine (stdin -> stdout)")
     common(p, config_required=False)
-    p.add_argument("--checkpoint", required=True, help="weights or checkpoint (.safetensors)")
-    p.add_argument("--sims", type=int, help="MCTS simulations per position (0 = raw policy)")
-    p.add_argument("--game", help="default game for lines that name none")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="weights or checkpoint (.safetensors), or a run directory (its newest checkpoint)",
+    )
+    p.add_argument(
+        "--sims",
+        type=sims,
+        help="MCTS simulations per position (0 = raw policy; default eval.sims)",
+    )
+    p.add_argument("--game", choices=games, help="the game of plain weights (checkpoints know it)")
     p.add_argument("--input", default="-", help="input file (default stdin)")
     p.set_defaults(run=_analyze)
 
     p = sub.add_parser("play", help="play the agent in the terminal")
     common(p, config_required=False)
-    p.add_argument("--checkpoint", required=True, help="weights or checkpoint (.safetensors)")
-    p.add_argument("--sims", type=int, help="MCTS simulations per agent move")
-    p.add_argument("--game", help="game (default: the checkpoint's)")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="weights or checkpoint (.safetensors), or a run directory (its newest checkpoint)",
+    )
+    p.add_argument("--sims", type=sims, help="MCTS simulations per agent move (default eval.sims)")
+    p.add_argument("--game", choices=games, help="the game of plain weights (checkpoints know it)")
     p.add_argument("--first", choices=["human", "agent"], default="human", help="who moves first")
     p.set_defaults(run=_play)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.main import SUMMARY_TAG
+from azserve.app.display import Display, Row, bar, human, pct, sig
 from azserve.app.schema import Config, replace, save_config
 from azserve.app.supervisor import Child, azserve_argv, child_env
 from azserve.auth import AuthConfig
@@ -90,6 +91,7 @@ class Training:
         self.cfg = self._resolve(cfg)
         self.resume = resume
         self.progress = progress and sys.stdout.isatty()
+        self.display = Display(live=self.progress)
         self.children: list[Child] = []
         self.t0 = time.monotonic()
         self.started = time.time()
@@ -99,6 +101,8 @@ class Training:
         self._eval_thread: threading.Thread | None = None
         self._evaluated: set[Path] = set()
         self._server_rows: dict[str, float] = {}
+        self._tb: Any = None
+        self._tb_lock = threading.Lock()
         self._server_status: dict[str, dict[str, Any]] = {}
 
     def _resolve(self, cfg: Config) -> Config:
@@ -113,8 +117,8 @@ class Training:
         """The keys the supervisor's status queries use (None: the servers are local)."""
         return None
 
-    def _extra_lines(self) -> list[str]:
-        """More rows for the status table (per server and per host in a cluster run)."""
+    def _extra_rows(self) -> list[Row]:
+        """More rows for the status display (per server and per host in a cluster run)."""
         return []
 
     # --- children ------------------------------------------------------------------------------
@@ -170,10 +174,12 @@ class Training:
         for child in self.children:
             child.start()
         self.t0 = time.monotonic()  # the budget counts from here, not from placing processes
-        print(
-            f"azserve train: {self.cfg.game}, run dir {self.run_dir}, logs in {self.run_dir / 'logs'}",
-            flush=True,
+        self.display.start()
+        self.display.note(
+            f"azserve train: {self.cfg.game}, run dir {self.run_dir}, logs in {self.run_dir / 'logs'}"
         )
+        if self.resume:
+            self._say_resumed()
         interrupted = False
         previous = signal.signal(
             signal.SIGINT, lambda *_: self._request_stop("interrupted (Ctrl-C)")
@@ -183,16 +189,20 @@ class Training:
         try:
             code = self._supervise()
         finally:
+            self.display.note(f"stopping ({self._stop_reason or 'error'})...")
             # Handlers stay until the children are stopped: children run in their own sessions,
             # so a second Ctrl-C that interrupted the shutdown would leave them running.
             self._shutdown()
             signal.signal(signal.SIGINT, previous)
             signal.signal(signal.SIGTERM, previous_term)
             interrupted = self._stop_reason.startswith("interrupted")
+            self.display.close()  # its last frame stays above what follows
         self._final_eval()
+        if self._tb is not None:
+            self._tb.close()
         self._report()
-        print(self.write_summary(), flush=True)
-        print(f"stopped: {self._stop_reason}; outputs in {self.run_dir}", flush=True)
+        self.display.note(self.write_summary())
+        self.display.note(f"stopped: {self._stop_reason}; outputs in {self.run_dir}")
         return 130 if interrupted and code == 0 else code
 
     def write_summary(self) -> str:
@@ -238,6 +248,20 @@ class Training:
             f"{last.get('duplicates_dropped', 0)} duplicates dropped; "
             f"restarts: {restarts or 'none'}"
         )
+
+    def _say_resumed(self) -> None:
+        path = latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir)
+        if path is None:
+            self.display.note(
+                f"resumed {self.run_dir}: no checkpoint yet, the learner starts fresh"
+            )
+            return
+        try:
+            meta = load_checkpoint(path).meta
+        except AzserveError as exc:  # the learner sets an unreadable one aside and says so
+            self.display.note(f"resuming {self.run_dir}: newest checkpoint unreadable ({exc})")
+            return
+        self.display.note(f"resumed from step {meta.step}, version {meta.version} ({path.name})")
 
     def _metrics_exist(self) -> bool:
         return (self.run_dir / "metrics.jsonl").exists()
@@ -364,24 +388,37 @@ class Training:
         s, t = self.snap, self.cfg.train
         budget = ""
         if t.minutes:
-            budget = f"{min(1.0, s.elapsed_s / (t.minutes * 60)):4.0%} of {t.minutes:g} min"
+            budget = f"{pct(min(1.0, s.elapsed_s / (t.minutes * 60)))} of {t.minutes:g} min"
         elif t.steps:
-            budget = f"{min(1.0, s.step / t.steps):4.0%} of {t.steps} steps"
+            budget = f"{pct(min(1.0, s.step / t.steps))} of {human(t.steps)} steps"
         elif t.games:
-            budget = f"{min(1.0, s.games / t.games):4.0%} of {t.games} games"
-        lines = [
-            f"[{_bar(s, t)}] {budget}  elapsed {s.elapsed_s / 60:5.1f} min",
-            f"  games {s.games:>8}  positions {s.positions:>9} of {s.moves:>9} moves  step {s.step:>7}  version {s.version:>4}",
-            f"  self-play {s.positions_per_s:8.1f} pos/s   inference {s.rows_per_s:8.0f} rows/s "
-            f"(batch {s.mean_batch:5.1f}, busy {s.inference_busy:4.0%})   learner {s.steps_per_s:5.2f} steps/s (busy {s.learner_busy:4.0%})",
-            f"  loss {s.loss:6.3f}  reuse {s.reuse:5.2f}  policy lag {s.lag:4.2f}  bottleneck: {s.bottleneck}",
-            *self._extra_lines(),
-        ]
-        if self.progress:
-            sys.stdout.write("\x1b[2K" + "\n\x1b[2K".join(lines) + f"\x1b[{len(lines) - 1}A\r")
-        else:
-            sys.stdout.write("\n".join(lines) + "\n")
-        sys.stdout.flush()
+            budget = f"{pct(min(1.0, s.games / t.games))} of {human(t.games)} games"
+        self.display.update(
+            [
+                Row("progress", f"{bar(_fraction(s, t))} {budget}  {s.elapsed_s / 60:.1f} min"),
+                Row(
+                    "run",
+                    f"{human(s.games)} games  {human(s.positions)} positions of "
+                    f"{human(s.moves)} moves  "
+                    f"step {human(s.step)}  version {s.version}",
+                ),
+                Row("self-play", f"{human(s.positions_per_s)} positions/s"),
+                Row(
+                    "inference",
+                    f"{human(s.rows_per_s)} rows/s  batch {s.mean_batch:.1f}  "
+                    f"busy {pct(s.inference_busy)}",
+                ),
+                Row(
+                    "learner",
+                    f"{s.steps_per_s:.2f} steps/s  busy {pct(s.learner_busy)}  loss {s.loss:.3f}",
+                ),
+                Row(
+                    "replay",
+                    f"reuse {s.reuse:.1f}  policy lag {s.lag:.1f}  bottleneck: {s.bottleneck}",
+                ),
+                *self._extra_rows(),
+            ]
+        )
 
     # --- evaluation and report -------------------------------------------------------------------
 
@@ -422,14 +459,28 @@ class Training:
         }
         with (self.run_dir / "eval.jsonl").open("a") as f:
             f.write(json.dumps(row) + "\n")
-        log.info("eval of step %d (v%d): %s", meta.step, meta.version, json.dumps(result))
+        self._tb_eval(result, meta.step)
+        log.info("eval of step %d (v%d): %s", meta.step, meta.version, json.dumps(sig(result)))
+
+    def _tb_eval(self, result: dict[str, Any], step: int) -> None:
+        """Evaluation scalars beside the learner's in ``tb/`` (grouped ``eval/``)."""
+        from torch.utils.tensorboard import SummaryWriter
+
+        from azserve.app.evaluate import eval_scalars
+
+        with self._tb_lock:
+            if self._tb is None:
+                self._tb = SummaryWriter(str(self.run_dir / "tb"), filename_suffix=".eval")
+            for tag, value in eval_scalars(result).items():
+                self._tb.add_scalar(tag, value, step)
+            self._tb.flush()
 
     def _final_eval(self) -> None:
         path = latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir)
         if path is None:
             return
         found = list_checkpoints(self.run_dir / self.cfg.checkpoint.dir)
-        print(f"final evaluation of {path.name} ...", flush=True)
+        self.display.note(f"final evaluation of {path.name} ...")
         self._evaluate(path, found[0][1] if len(found) > 1 else None, full=True)
 
     def _report(self) -> None:
@@ -437,22 +488,20 @@ class Training:
 
         try:
             out = write_report(self.run_dir)
-            print(f"report: {out}", flush=True)
+            self.display.note(f"report: {out}")
         except (OSError, ValueError) as exc:
             log.warning("no report: %s", exc)
 
 
-def _bar(s: Snapshot, t: Any, width: int = 24) -> str:
+def _fraction(s: Snapshot, t: Any) -> float:
+    """How much of the budget is spent (0 without one)."""
     if t.minutes:
-        frac = s.elapsed_s / (t.minutes * 60)
-    elif t.steps:
-        frac = s.step / t.steps
-    elif t.games:
-        frac = s.games / t.games
-    else:
-        frac = 0.0
-    n = int(min(1.0, frac) * width)
-    return "#" * n + "." * (width - n)
+        return s.elapsed_s / (t.minutes * 60)
+    if t.steps:
+        return s.step / t.steps
+    if t.games:
+        return s.games / t.games
+    return 0.0
 
 
 def run_training(cfg: Config, run_dir: Path, resume: bool = False, progress: bool = True) -> int:

@@ -26,8 +26,8 @@ from azserve.auth import AuthConfig, Gate, peer_key, server_auth
 from azserve.backends.base import Backend
 from azserve.errors import AzserveError, ConfigError, RemoteError, WeightsError
 from azserve.lifecycle import Lifecycle, State
-from azserve.metrics import serve_metrics
 from azserve.model.spec import ModelSpec
+from azserve.prom import start_endpoint
 from azserve.server.config import ServerConfig
 from azserve.server.metrics import ServerMetrics
 from azserve.server.residency import Residency
@@ -71,6 +71,7 @@ class InferenceServer:
             lambda: self.scheduler.queued_rows,
             lambda: self.residency.latest,
             lambda: len(self.residency.resident()),
+            model=cfg.model,
         )
         # socket -> scheduler (eval) / residency (load, pins); each owns its state
         self.scheduler = Scheduler(
@@ -107,6 +108,12 @@ class InferenceServer:
             "server_id": self.server_id,
             "state": self.state,
             "model": self.cfg.model,
+            # The contract a client needs: what one request may carry and what comes back.
+            "max_batch_size": self.cfg.max_batch_size,
+            "max_queued_rows": self.cfg.max_queued_rows,
+            "obs_shape": list(self.spec.obs_shape),
+            "obs_dtype": self.spec.obs_dtype,
+            "num_actions": self.spec.num_actions,
             "versions": self.residency.registry.snapshot(),
             "queued_rows": self.scheduler.queued_rows,
             "queues": self.scheduler.queue_rows(),
@@ -164,10 +171,9 @@ class InferenceServer:
         self.lifecycle.spawn(self._housekeeping(), "housekeeping")
         if self._authenticator is not None:
             self.lifecycle.spawn(self._authenticator.watch(), "auth")
-        if self.cfg.metrics_port:
-            self._metrics_server = await serve_metrics(
-                self.cfg.metrics_host, self.cfg.metrics_port, self.metrics.registry.render
-            )
+        self._metrics_server = await start_endpoint(
+            self.metrics.prom, self.cfg.metrics_host, self.cfg.metrics_port, "server"
+        )
         self.lifecycle.started()
         log.info(
             "serving model %r on %s (latest version %d)",
@@ -291,6 +297,11 @@ class InferenceServer:
             raise RemoteError(
                 "TooManyRows", f"{rows} rows; a request carries 1..{self.cfg.max_batch_size}"
             )
+        # Planes are 0/1: anything else (or NaN, which would come back as NaN) is a client bug.
+        if obs.dtype == np.uint8 and obs.max() > 1:
+            raise RemoteError("BadValue", f"uint8 obs must be 0 or 1, got {int(obs.max())}")
+        if obs.dtype == np.float32 and not np.isfinite(obs).all():
+            raise RemoteError("BadValue", "float32 obs must be finite (NaN or inf received)")
         if not self.lifecycle.running:
             raise RemoteError("ServerClosed", "server is shutting down")
         version = self.residency.resolve(msg.version)
@@ -385,5 +396,5 @@ class InferenceServer:
         self._sock.send_multipart(envelope + P.encode(msg, arrays), copy=False)
 
     def _send_error(self, envelope: list[bytes], rid: int | None, type_: str, message: str) -> None:
-        self.metrics.errors.inc()
+        self.metrics.error(type_)
         self._send(envelope, P.ErrorReply(id=rid, type=type_, message=message))

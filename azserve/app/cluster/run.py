@@ -17,6 +17,7 @@ from typing import Any
 
 from azserve.app.cluster.plan import RoleProc, describe, make_plan
 from azserve.app.cluster.spec import ClusterSpec
+from azserve.app.display import Row, human, pct
 from azserve.app.schema import Config, replace
 from azserve.app.supervisor import Child
 from azserve.app.train import Training
@@ -83,9 +84,10 @@ class ClusterRun(Training):
             from azserve.app.cluster.keys import distribute
 
             for line in distribute(self.spec, self.engine, self.procs):
-                print(f"public key {line}", flush=True)
+                self.display.note(f"public key {line}")
         self.children = [self.engine.child(p) for p in self.procs]
-        print(describe(self.procs, {}), flush=True)
+        for line in describe(self.procs, {}).splitlines():
+            self.display.note(line)
 
     def _servers(self) -> list[tuple[str, str]]:
         return [(p.name, p.endpoint) for p in self.procs if p.role == "server"]
@@ -98,29 +100,30 @@ class ClusterRun(Training):
         learner = next(p for p in self.procs if p.role == "learner")
         return status_auth(self.spec, learner.host, dict(self._servers()))
 
-    def _extra_lines(self) -> list[str]:
-        lines = []
+    def _extra_rows(self) -> list[Row]:
+        rows = []
+        now = time.monotonic()
         for name, _ in self._servers():
             st = self._server_status.get(name)
             if st is None:
-                lines.append(f"  {name:<20} no status")
+                rows.append(Row(name, "no status"))
                 continue
-            now = time.monotonic()
             rate = self._rates.rate(f"rows:{name}", st["rows"], now)
             busy = self._rates.rate(f"busy:{name}", st["busy_s"], now)
-            lines.append(
-                f"  {name:<20} {rate:8.0f} rows/s  batch {st['mean_batch']:5.1f}  "
-                f"busy {min(1.0, busy):4.0%}  live v{st['versions']['latest']}"
+            rows.append(
+                Row(
+                    name,
+                    f"{human(rate)} rows/s  batch {st['mean_batch']:.1f}  "
+                    f"busy {pct(min(1.0, busy))}  live v{st['versions']['latest']}",
+                )
             )
         per_host: dict[str, list[float]] = {}
         for child, proc in zip(self.children, self.procs):
             if proc.role == "actors":
                 per_host.setdefault(proc.host or proc.group, []).append(_games_per_s(child))
         for host, rates in per_host.items():
-            lines.append(
-                f"  actors on {host:<14} {sum(rates):6.2f} games/s ({len(rates)} processes)"
-            )
-        return lines
+            rows.append(Row(f"actors {host}", f"{sum(rates):.2f} games/s  {len(rates)} processes"))
+        return rows
 
     def run(self) -> int:
         try:
