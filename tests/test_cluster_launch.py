@@ -517,3 +517,13 @@ def test_shipped_cluster_files_resolve(
         assert "--nodelist=cpu1" in text and "--nodelist=cpu2" in text
     if name == "ssh":
         assert "ssh -o BatchMode=yes" in text and "me@10.0.0.7" in text
+
+
+def test_a_watchdog_killed_with_sigkill_takes_its_process_with_it(tmp_path: Path) -> None:
+    # What Ray does to a dead worker's children: the azserve process must not be orphaned.
+    proc, serve = _start_watchdog(tmp_path)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.stdin is not None
+    proc.stdin.close()
+    assert _gone(serve, 20), "the process outlived its killed watchdog"

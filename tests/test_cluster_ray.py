@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from actors.main import SUMMARY_TAG
+
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
@@ -140,6 +142,8 @@ resources = {{west = 0.01}}
         )
         # docs/cluster.md's figure (status lines come once a second: +-1 s)
         print(f"kill -9 to the replacement's first finished game: {time.time() - killed_at:.1f} s")
+        # and the learner stores games (its metrics rows count them)
+        _wait(lambda: _stored(run_dir) > 0, 90, launcher, "the learner stored no game")
         launcher.send_signal(signal.SIGINT)
         out = launcher.communicate(timeout=200)[0].decode()
     finally:
@@ -149,6 +153,9 @@ resources = {{west = 0.01}}
     assert launcher.returncode == 130, out[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["restarts"]["actor-east-0"] >= 1, summary
+    # a stop is no death: west stopped once, wrote its accounting, and was pulled into the log
+    west = (run_dir / "logs" / "ray" / "actor-west-0.log").read_text()
+    assert west.count(SUMMARY_TAG) == 1, west[-2000:]
     assert summary["games_stored"] > 0
 
     # nothing of the run is left: no azserve process, no watchdog (theirs name the run dir or
@@ -175,6 +182,12 @@ def _wait(cond, timeout: float, launcher: subprocess.Popen[bytes], what: str) ->
         if time.monotonic() > deadline:
             pytest.fail(f"{what} within {timeout:.0f} s")
         time.sleep(0.5)
+
+
+def _stored(run_dir: Path) -> int:
+    p = run_dir / "metrics.jsonl"
+    rows = p.read_text().splitlines() if p.exists() else []
+    return int(json.loads(rows[-1])["games"]) if rows else 0
 
 
 def _free_port() -> int:

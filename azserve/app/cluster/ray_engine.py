@@ -60,6 +60,7 @@ class RoleRunner:
     def _exit_with_child(self) -> None:
         self.proc.wait()
         if not self.stopping:
+            time.sleep(2.0)  # the launcher pulls the log once a second: let it take the tail
             os._exit(1)  # Ray sees the actor die and restarts it: a fresh process
 
     def info(self) -> dict[str, Any]:
@@ -159,8 +160,11 @@ class RayChild(Child):
     def send(self, sig: int) -> None:
         if self.runner is None:
             return
+        # The supervisor sends SIGINT/SIGTERM only to stop a process: the runner must then not
+        # exit (an actor's runner would be restarted by Ray).
+        stopping = sig in (signal.SIGINT, signal.SIGTERM)
         try:
-            self._call("signal", signal.Signals(sig).name)
+            self._call("signal", signal.Signals(sig).name, stopping)
         except Exception:  # noqa: BLE001 - a runner that is gone needs no signal
             pass
 
@@ -182,6 +186,11 @@ class RayChild(Child):
 
         if self.runner is None:
             return 0
+        if self.group:
+            try:
+                self._note_restart()  # a restart since the last poll still counts
+            except Exception:  # noqa: BLE001 - a runner that is gone has nothing to report
+                pass
         try:
             self._call("signal", signal.Signals(sig).name, True)
         except Exception:  # noqa: BLE001

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 PLACEHOLDER = "{config}"
@@ -38,6 +39,23 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--grace-s", type=float, default=60.0, help="SIGTERM to SIGKILL")
     p.add_argument("azserve", nargs=argparse.REMAINDER, help="-- then the azserve arguments")
     return p.parse_args(argv)
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """In the child: SIGTERM when the watchdog dies, even by SIGKILL (Linux's
+    PR_SET_PDEATHSIG; Ray kills a dead worker's children that way). None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def set_pdeathsig() -> None:
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the watchdog died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_pdeathsig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, signal.SIG_DFL)
     cmd = [sys.executable, "-m", "azserve.app.cli"]
     cmd += [str(cfg_path) if a == PLACEHOLDER else a for a in rest]
-    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=_die_with_parent(os.getpid()),
+    )
 
     def signal_group(sig: int) -> None:
         try:
