@@ -91,6 +91,10 @@ class RoleRunner:
             except (BrokenPipeError, ValueError):
                 pass
 
+    def remove_log(self) -> None:
+        """The launcher has the whole log: the node's copy goes."""
+        Path(self.log_path).unlink(missing_ok=True)
+
     def read_log(self, offset: int) -> tuple[str, bytes]:
         with open(self.log_path, "rb") as f:
             f.seek(offset)
@@ -202,7 +206,11 @@ class RayChild(Child):
             except Exception:  # noqa: BLE001
                 pass
             code = self.wait(5.0)
-        self._pull_log()
+        try:
+            self._pull_log()
+            self._call("remove_log")
+        except Exception:  # noqa: BLE001 - a runner that is gone left nothing to pull
+            pass
         ray.kill(self.runner, no_restart=True)
         self.runner = None
         return 137 if code is None else code

@@ -18,12 +18,24 @@ from typing import Any
 from azserve.app.cluster.plan import RoleProc, describe, make_plan
 from azserve.app.cluster.spec import ClusterSpec
 from azserve.app.display import Row, human, pct
-from azserve.app.schema import Config, replace
+from azserve.app.schema import Config, replace, save_config
 from azserve.app.supervisor import Child
 from azserve.app.train import Training
 from azserve.auth import AuthConfig
 
 _GAMES_PER_S = re.compile(r"games/s ([0-9.]+)")
+
+
+def new_run_id() -> str:
+    """Unique per launch: names the remote config files and the Ray actors."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def supervised(cfg: Config, spec: ClusterSpec) -> Config:
+    """The run config with the cluster file's restart policy (as ``train`` has it on request)."""
+    return replace(
+        cfg, train={"restart_children": spec.restarts > 0, "max_restarts": spec.restarts}
+    )
 
 
 def make_engine(spec: ClusterSpec, run_dir: Path, run_id: str) -> Any:
@@ -59,26 +71,19 @@ class ClusterRun(Training):
         self, cfg: Config, spec: ClusterSpec, run_dir: Path, resume: bool, progress: bool
     ) -> None:
         self.spec = spec
-        self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        self.run_id = new_run_id()
         self.engine: Any = None
         self.procs: list[RoleProc] = []
-        self.base_cfg = cfg
         super().__init__(cfg, run_dir, resume, progress)
 
     def _resolve(self, cfg: Config) -> Config:
-        # The supervisor restarts servers and the learner as `train` does on request.
-        return replace(
-            cfg,
-            train={"restart_children": self.spec.restarts > 0, "max_restarts": self.spec.restarts},
-        )
+        return supervised(cfg, self.spec)
 
     def _build_children(self) -> None:
         self.engine = make_engine(self.spec, self.run_dir, self.run_id)
         self.procs = build_plan(self.spec, self.cfg, self.run_dir, self.engine)
         learner = next(p for p in self.procs if p.role == "learner")
         self.cfg = learner.config  # what the evaluations, budgets and report read
-        from azserve.app.schema import save_config
-
         save_config(self.cfg, self.run_dir / "config.toml")
         if self.spec.keys and hasattr(self.engine, "shell_on"):
             from azserve.app.cluster.keys import distribute
@@ -122,7 +127,10 @@ class ClusterRun(Training):
             if proc.role == "actors":
                 per_host.setdefault(proc.host or proc.group, []).append(_games_per_s(child))
         for host, rates in per_host.items():
-            rows.append(Row(f"actors {host}", f"{sum(rates):.2f} games/s  {len(rates)} processes"))
+            plural = "es" if len(rates) > 1 else ""
+            rows.append(
+                Row(f"actors {host}", f"{sum(rates):.2f} games/s  {len(rates)} process{plural}")
+            )
         return rows
 
     def run(self) -> int:
@@ -145,20 +153,20 @@ def dry_run(cfg: Config, spec: ClusterSpec, run_dir: Path) -> str:
     """The resolved plan with each process's command line, starting nothing."""
     from azserve.app.cluster.engines import CommandEngine
 
-    run = ClusterRun(cfg, spec, run_dir, resume=False, progress=False)
+    cfg = supervised(cfg, spec)
     if spec.engine == "ray":
         # Placement is Ray's at launch; show what each process asks for.
         procs = make_plan(
             spec,
-            run.cfg,
+            cfg,
             str(run_dir.resolve()),
             {f"server-{s.name}": "RAY-NODE-IP" for s in spec.server} | {"learner": "RAY-NODE-IP"},
             {g.name: ("",) for g in spec.actors},
             _auth(spec),
         )
         return describe(procs, {})
-    engine = CommandEngine(spec, run_dir, run.run_id)
-    procs = build_plan(spec, run.cfg, run_dir, engine)
+    engine = CommandEngine(spec, run_dir, new_run_id())
+    procs = build_plan(spec, cfg, run_dir, engine)
     commands = {p.name: engine.command(p, display=True) for p in procs}
     return describe(procs, commands)
 
