@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from math import exp, inf, sqrt
+from typing import Literal
 
 import numpy as np
 
@@ -58,6 +59,10 @@ class MCTSConfig:
     """No resignation before this many moves have been played in the game."""
     no_resign_fraction: float = 0.1
     """Fraction of games played out with resignation disabled, to measure false resigns."""
+    core: Literal["auto", "compiled", "python"] = "auto"
+    """Search implementation (``actors.compiled_mcts.make_mcts``): ``compiled`` = the tree in C
+    (Connect Four and tic-tac-toe), ``python`` = this module (every game; the oracle), ``auto``
+    = compiled where available. Both give identical results for the same seed and evaluator."""
 
     def __post_init__(self) -> None:
         if self.num_simulations < 1:

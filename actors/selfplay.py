@@ -18,6 +18,7 @@ import numpy as np
 
 from actors.config import ActorsConfig
 from actors.games import Game, State, make_game
+from actors.compiled_mcts import make_mcts
 from actors.mcts import MCTS, MCTSConfig, SearchResult
 from actors.sinks import TrajectorySink
 from azserve import protocol as P
@@ -93,7 +94,7 @@ async def search_on_version(
             stats.version_waits += 1
             await asyncio.sleep(min(0.5, max(0.0, deadline - now)))
             # The failed search left virtual losses and partial statistics: start afresh.
-            mcts = MCTS(mcts.game, mcts.config, mcts.rng)
+            mcts = make_mcts(mcts.game, mcts.config, mcts.rng)
         except RequestTimeout as exc:
             raise GameAbandoned("timeout", str(exc)) from None
         except ServerClosed as exc:  # the server said it is shutting down
@@ -112,7 +113,7 @@ async def play_game(
 ) -> FinishedGame:
     """Play one game against itself on the version pinned at its start. Raises
     ``GameAbandoned`` when its version cannot be served (see ``search_on_version``)."""
-    mcts = MCTS(game, mcts_cfg, rng)
+    mcts = make_mcts(game, mcts_cfg, rng)
     with client.pin_latest() as version:
         evaluate = lambda obs: client.evaluate(obs, version)  # noqa: E731 - binds the pin
         state = game.initial_state()
