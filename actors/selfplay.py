@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from actors.compiled_mcts import make_mcts
 from actors.config import ActorsConfig
 from actors.games import Game, State, make_game
-from actors.compiled_mcts import make_mcts
 from actors.mcts import MCTS, MCTSConfig, SearchResult
 from actors.sinks import TrajectorySink
 from azserve import protocol as P
