@@ -206,3 +206,29 @@ async def test_gather_is_used_for_leaves_in_flight() -> None:
         C4.initial_state(), evaluate, add_noise=True
     )
     assert max(seen) > 1
+
+
+def _select_action_before(rng: np.random.Generator, cfg: MCTSConfig, visits: Any, move: int) -> int:
+    """``MCTS.select_action`` as it was before the speed-up (the oracle)."""
+    if move < cfg.temperature_moves and cfg.temperature > 0:
+        p = (visits / visits.max()) ** (1.0 / cfg.temperature)
+        return int(rng.choice(len(p), p=p / p.sum()))
+    best = np.flatnonzero(visits == visits.max())
+    return int(best[0]) if len(best) == 1 else int(rng.choice(best))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0, 0.0])
+def test_move_choice_and_targets_match_the_numpy_versions(temperature: float) -> None:
+    cfg = MCTSConfig(temperature=temperature, temperature_moves=5)
+    draw = np.random.default_rng(0)
+    m = MCTS(C4, cfg, np.random.default_rng(1))
+    oracle_rng = np.random.default_rng(1)
+    for i in range(3000):
+        size = 7 if i % 2 else 9
+        visits = draw.integers(0, 4 if i % 3 == 0 else 900, size).astype(np.int64)
+        visits[draw.integers(size)] += 1  # at least one visit, as after any search
+        move = i % 9
+        assert m.select_action(visits, move) == _select_action_before(oracle_rng, cfg, visits, move)
+        target = MCTS.policy_target(visits)
+        assert target.dtype == np.float32
+        np.testing.assert_array_equal(target, (visits / visits.sum()).astype(np.float32))
