@@ -227,7 +227,7 @@ class EvalClient:
         try:
             # One copy of every leaf's bytes, no per-leaf arrays: the leaves share dtype and
             # position shape (the coalescer's key), so their buffers concatenate.
-            joined = b"".join([o for o, _, _ in chunk])
+            joined = b"".join([o for o, _, _ in chunk])  # type: ignore[misc]
             obs = np.frombuffer(joined, first.dtype).reshape(row, *first.shape[-3:])
         except BufferError:  # a caller's array that is not C-contiguous
             obs = np.concatenate([o[None] if single else o for o, _, single in chunk])
