@@ -229,7 +229,7 @@ class EvalClient:
             # position shape (the coalescer's key), so their buffers concatenate.
             joined = b"".join([o for o, _, _ in chunk])  # type: ignore[misc]
             obs = np.frombuffer(joined, first.dtype).reshape(row, *first.shape[-3:])
-        except BufferError:  # a caller's array that is not C-contiguous
+        except (BufferError, TypeError):  # a caller's array that is not C-contiguous
             obs = np.concatenate([o[None] if single else o for o, _, single in chunk])
         rid = next(self._ids)
         frames = P.encode(P.EvalRequest(id=rid, model=self.cfg.model, version=version), [obs])
