@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from actors.games import ConnectFour
 from actors.compiled_mcts import make_mcts
+from actors.games import ConnectFour
 from actors.mcts import MCTSConfig
 
 Step = Callable[[], Awaitable[int]]
