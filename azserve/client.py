@@ -98,7 +98,7 @@ class EvalClient:
         self._ids = itertools.count(1)
         # Leaves of this tick, by (version, position shape, dtype): only alike arrays share a
         # message, so one caller's malformed input cannot break its neighbours' requests.
-        self._tick: TickCoalescer[tuple[int, tuple[int, ...], str], _Leaf] = TickCoalescer(
+        self._tick: TickCoalescer[tuple[int, tuple[int, ...], np.dtype], _Leaf] = TickCoalescer(
             self._flush
         )
         self._inflight: dict[int, _InFlight] = {}
@@ -196,10 +196,14 @@ class EvalClient:
             raise ValueError(f"obs must be [C,H,W] or [n,C,H,W], got shape {list(obs.shape)}")
         assert self._loop is not None
         fut: asyncio.Future[Any] = self._loop.create_future()
-        self._tick.add((version, obs.shape[-3:], obs.dtype.str), (obs, fut, ndim == 3))
+        # The key holds the dtype itself: ``dtype.str`` would build a string per call.
+        shape = obs.shape
+        self._tick.add(
+            (version, shape if ndim == 3 else shape[1:], obs.dtype), (obs, fut, ndim == 3)
+        )
         return fut
 
-    def _flush(self, pending: dict[tuple[int, tuple[int, ...], str], list[_Leaf]]) -> None:
+    def _flush(self, pending: dict[tuple[int, tuple[int, ...], np.dtype], list[_Leaf]]) -> None:
         """Send everything queued this tick: one message per version (and position shape and
         dtype), split at ``max_rows``."""
         now = time.monotonic()
