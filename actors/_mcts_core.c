@@ -202,10 +202,21 @@ static int expand(Tree *t, Node *node, PyObject *logits, PyObject *value, double
     if (v == -1.0 && PyErr_Occurred()) return -1;
     *out_v = v;
     if (PyObject_GetBuffer(logits, &view, PyBUF_RECORDS_RO) < 0) return -1;
-    int ok = view.ndim == 1 && view.shape[0] == t->num_actions && view.format &&
+    int shape_ok = view.ndim == 1 && view.shape[0] == t->num_actions;
+    int ok = shape_ok && view.format &&
              (strcmp(view.format, "f") == 0 || strcmp(view.format, "d") == 0 ||
               strcmp(view.format, "<f") == 0 || strcmp(view.format, "<d") == 0 ||
               strcmp(view.format, "=f") == 0 || strcmp(view.format, "=d") == 0);
+    if (shape_ok && !ok) {
+        /* Another dtype (float16, big-endian, ints): its values as float64 are exactly the
+         * Python floats the pure-Python search reads with tolist(). */
+        PyBuffer_Release(&view);
+        PyObject *converted = PyObject_CallMethod(logits, "astype", "s", "float64");
+        if (!converted) return -1;
+        int r = expand(t, node, converted, value, out_v);
+        Py_DECREF(converted);
+        return r;
+    }
     if (!ok) {
         PyBuffer_Release(&view);
         PyObject *shape = PyObject_GetAttrString(logits, "shape");

@@ -101,11 +101,11 @@ class CompiledMCTS(MCTS):
         obs = np.empty(shape, np.uint8)
         n = tree.descend(obs)
         if self.config.leaves_in_flight == 1:
-            step = tree.step
+            step, empty, uint8 = tree.step, np.empty, np.uint8
             while n:
                 logits, value = await evaluate(obs)
                 evaluations += 1
-                obs = np.empty(shape, np.uint8)  # the last one may still be held by evaluate
+                obs = empty(shape, uint8)  # a new array: evaluate may still hold the last one
                 n = step(logits, value, obs)
             return evaluations
         while n:

@@ -89,7 +89,14 @@ async def test_whole_games_match_the_python_search(game: Game, name: str) -> Non
 
 
 @pytest.mark.parametrize(
-    "dtype, value_type", [(np.float64, float), (np.float32, float), (np.float64, np.float64)]
+    "dtype, value_type",
+    [
+        (np.float64, float),
+        (np.float32, float),
+        (np.float64, np.float64),
+        (np.float16, float),
+        (">f4", float),
+    ],
 )
 async def test_other_logit_and_value_types_match(dtype: Any, value_type: Any) -> None:
     await _play_lockstep(C4, CONFIGS["in_flight"], 7, hashed(dtype, value_type, spread=6.0))
