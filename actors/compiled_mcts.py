@@ -19,7 +19,7 @@ import asyncio
 import numpy as np
 
 from actors.games import ConnectFour, Game, State, TicTacToe
-from actors.mcts import MCTS, Evaluate, MCTSConfig, SearchResult
+from actors.mcts import MCTS, Evaluate, MCTSConfig, SearchResult, dirichlet
 
 try:
     from actors import _mcts_core
@@ -80,7 +80,7 @@ class CompiledMCTS(MCTS):
             k = tree.root_width()
             noise = None
             if add_noise and k > 1 and cfg.dirichlet_fraction > 0:
-                noise = self.rng.dirichlet([cfg.dirichlet_alpha] * k).tolist()
+                noise = dirichlet(self.rng, cfg.dirichlet_alpha, k)
             tree.root_priors(noise, cfg.dirichlet_fraction)
             evaluations += await self._simulate_compiled(evaluate)
         except BaseException:

@@ -122,6 +122,24 @@ class _Node:
         self.clean_p: list[float] | None = None  # root priors before Dirichlet noise
 
 
+def dirichlet(rng: np.random.Generator, alpha: float, k: int) -> list[float]:
+    """``rng.dirichlet([alpha] * k).tolist()``, the same draws and floats at a fifth of the cost.
+
+    For ``alpha >= 0.1`` numpy's ``Generator.dirichlet`` draws ``k`` standard gammas in order,
+    sums them left to right and multiplies each by the reciprocal of the sum; this does the same
+    with one ``standard_gamma`` call (tests/test_compiled_mcts.py compares the two). Smaller
+    alphas take numpy's other algorithm, so they go to ``rng.dirichlet`` itself.
+    """
+    if alpha < 0.1:
+        return rng.dirichlet([alpha] * k).tolist()
+    gammas = rng.standard_gamma(alpha, k).tolist()
+    total = 0.0
+    for g in gammas:
+        total += g
+    inv = 1.0 / total
+    return [g * inv for g in gammas]
+
+
 def _masked_softmax(logits: np.ndarray, actions: list[int]) -> list[float]:
     """Softmax of ``logits`` (float [A]) restricted to ``actions``, aligned with them."""
     values = logits.tolist()
@@ -253,7 +271,7 @@ class MCTS:
         cfg = self.config
         k = len(root.p)
         if add_noise and k > 1 and cfg.dirichlet_fraction > 0:
-            noise = self.rng.dirichlet([cfg.dirichlet_alpha] * k).tolist()
+            noise = dirichlet(self.rng, cfg.dirichlet_alpha, k)
             f = cfg.dirichlet_fraction
             root.clean_p = root.p
             root.p = [(1 - f) * p + f * x for p, x in zip(root.p, noise, strict=True)]

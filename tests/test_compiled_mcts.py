@@ -13,7 +13,7 @@ import pytest
 
 from actors.compiled_mcts import CompiledMCTS, compiled_available, make_mcts
 from actors.games import ConnectFour, Game, TicTacToe
-from actors.mcts import MCTS, MCTSConfig
+from actors.mcts import MCTS, MCTSConfig, dirichlet
 from actors.selfplay import SelfPlayStats, play_game
 
 pytestmark = pytest.mark.skipif(
@@ -239,3 +239,12 @@ def test_move_choice_and_targets_match_the_numpy_versions(temperature: float) ->
         target = MCTS.policy_target(visits)
         assert target.dtype == np.float32
         np.testing.assert_array_equal(target, (visits / visits.sum()).astype(np.float32))
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.1, 0.3, 1.0, 2.5])
+def test_dirichlet_matches_numpy(alpha: float) -> None:
+    a, b = np.random.default_rng(3), np.random.default_rng(3)
+    for i in range(2000):
+        k = 2 + i % 8
+        assert dirichlet(a, alpha, k) == b.dirichlet([alpha] * k).tolist()
+    assert a.random() == b.random()  # the streams stay in step
