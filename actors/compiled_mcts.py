@@ -65,7 +65,13 @@ class CompiledMCTS(MCTS):
         )
         self._leaf_shape = game.obs_shape if width == 1 else (width, *game.obs_shape)
 
-    async def search(self, state: State, evaluate: Evaluate, add_noise: bool) -> SearchResult:
+    async def search(
+        self,
+        state: State,
+        evaluate: Evaluate,
+        add_noise: bool,
+        num_simulations: int | None = None,
+    ) -> SearchResult:
         game, cfg, tree = self.game, self.config, self._tree
         if game.is_terminal(state):
             raise ValueError(f"search from a terminal position:\n{game.render(state)}")
@@ -82,7 +88,8 @@ class CompiledMCTS(MCTS):
             if add_noise and k > 1 and cfg.dirichlet_fraction > 0:
                 noise = dirichlet(self.rng, cfg.dirichlet_alpha, k)
             tree.root_priors(noise, cfg.dirichlet_fraction)
-            evaluations += await self._simulate_compiled(evaluate)
+            sims = cfg.num_simulations if num_simulations is None else num_simulations
+            evaluations += await self._simulate_compiled(evaluate, sims)
         except BaseException:
             # A failed or cancelled search may leave leaves in flight: never reuse that tree.
             tree.reset()
@@ -92,11 +99,11 @@ class CompiledMCTS(MCTS):
         root_value = tree.root_result(visits, prior)
         return SearchResult(visits, root_value, prior, evaluations)
 
-    async def _simulate_compiled(self, evaluate: Evaluate) -> int:
-        """``config.num_simulations`` simulations; returns the evaluations made. The tree
-        descends (and backs up terminal leaves) in C; this loop only awaits the leaves."""
+    async def _simulate_compiled(self, evaluate: Evaluate, count: int) -> int:
+        """``count`` simulations; returns the evaluations made. The tree descends (and backs
+        up terminal leaves) in C; this loop only awaits the leaves."""
         tree, shape = self._tree, self._leaf_shape
-        tree.start(self.config.num_simulations)
+        tree.start(count)
         evaluations = 0
         obs = np.empty(shape, np.uint8)
         n = tree.descend(obs)

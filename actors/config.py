@@ -39,6 +39,10 @@ class ActorsConfig:
     """Seconds between status lines (0 = none)."""
     seed: int = 0
     """Base seed; each process and game coroutine derives its own stream."""
+    metrics_port: int = 0
+    """Prometheus endpoint base port: actor process *i* uses this + *i* (0 = off)."""
+    metrics_host: str = "127.0.0.1"
+    """Address of the metrics endpoints (loopback by default)."""
 
     def __post_init__(self) -> None:
         if self.max_outbox < 1:

@@ -59,8 +59,9 @@ async def _play_lockstep(game: Game, cfg: MCTSConfig, seed: int, evaluate: Any) 
     state, move = game.initial_state(), 0
     while not game.is_terminal(state):
         noise = move % 3 != 2  # some searches without noise: the clean priors come back
-        a = await py.search(state, evaluate, add_noise=noise)
-        b = await cc.search(state, evaluate, add_noise=noise)
+        sims = None if move % 4 else 1 + move % 7  # playout caps: some fast searches
+        a = await py.search(state, evaluate, noise, sims)
+        b = await cc.search(state, evaluate, noise, sims)
         np.testing.assert_array_equal(a.visits, b.visits)
         assert a.root_value == b.root_value
         np.testing.assert_array_equal(a.root_prior, b.root_prior)
@@ -117,8 +118,11 @@ async def test_play_game_targets_match() -> None:
         def evaluate(self, obs: np.ndarray, version: int) -> Any:
             return hashed()(obs)
 
-    base = MCTSConfig(num_simulations=30, resign_threshold=-0.6, no_resign_fraction=0.3)
-    for seed in range(6):
+    capped = MCTSConfig(num_simulations=30, full_search_fraction=0.5, fast_simulations=5)
+    for seed, base in enumerate(
+        [MCTSConfig(num_simulations=30, resign_threshold=-0.6, no_resign_fraction=0.3)] * 6
+        + [capped] * 3
+    ):
         games = []
         for core in ("python", "compiled"):
             cfg = dataclasses.replace(base, core=core)
@@ -128,7 +132,12 @@ async def test_play_game_targets_match() -> None:
         np.testing.assert_array_equal(a.obs, b.obs)
         np.testing.assert_array_equal(a.policy, b.policy)
         np.testing.assert_array_equal(a.outcome, b.outcome)
-        assert (a.result, a.resigned, a.version) == (b.result, b.resigned, b.version)
+        assert (a.result, a.resigned, a.version, a.moves) == (
+            b.result,
+            b.resigned,
+            b.version,
+            b.moves,
+        )
 
 
 async def test_a_failed_search_drops_the_tree_and_the_next_one_matches() -> None:
