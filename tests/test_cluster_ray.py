@@ -29,7 +29,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
 
 @pytest.fixture
-def ray_cluster() -> Iterator[Cluster]:
+def ray_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    # no usage-stats reporting from a test machine (the nodes and the launcher inherit it)
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     cluster = Cluster(
         initialize_head=True,
         head_node_args={**NODE, "resources": {"head": 1}, "include_dashboard": False},

@@ -100,8 +100,11 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     root = tmp_path_factory.mktemp("readme")
     for name in LINKED:
         (root / name).symlink_to(REPO / name)
-    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
-    os.utime(root / "pyproject.toml", (0, 0))  # older than .venv: set up already
+    # The venv target's prerequisites, older than .venv: set up already.
+    for name in ("pyproject.toml", "setup.py", "actors/_mcts_core.c"):
+        (root / name).parent.mkdir(exist_ok=True)
+        shutil.copy(REPO / name, root / name)
+        os.utime(root / name, (0, 0))
     port = free_tcp_port()
     env = dict(os.environ)
     env.update(
