@@ -42,6 +42,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "server.metrics_port": PORT,
     "server.status_interval_s": (0.0, INF),
     "backend.threads": (0, 1024),
+    "backend.max_threads": (0, 1024),
+    "backend.threads_interval_s": POSITIVE_S,
     "backend.max_inflight": (1, 1024),
     "backend.keep_versions": (1, 1024),
     "backend.instance_count": (1, 1024),
