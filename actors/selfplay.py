@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from actors.config import ActorsConfig
+from actors.evalcache import EvalCache
 from actors.games import Game, State, make_game
 from actors.mcts import MCTS, MCTSConfig, SearchResult
 from actors.sinks import TrajectorySink
@@ -109,12 +110,18 @@ async def play_game(
     rng: np.random.Generator,
     stats: SelfPlayStats,
     version_wait_s: float = 30.0,
+    cache: EvalCache | None = None,
 ) -> FinishedGame:
-    """Play one game against itself on the version pinned at its start. Raises
-    ``GameAbandoned`` when its version cannot be served (see ``search_on_version``)."""
+    """Play one game against itself on the version pinned at its start, through the
+    process's evaluation ``cache`` if any. Raises ``GameAbandoned`` when its version cannot be
+    served (see ``search_on_version``)."""
     mcts = MCTS(game, mcts_cfg, rng)
     with client.pin_latest() as version:
-        evaluate = lambda obs: client.evaluate(obs, version)  # noqa: E731 - binds the pin
+        evaluate = (
+            cache.evaluator(client.evaluate, version)
+            if cache is not None
+            else lambda obs: client.evaluate(obs, version)  # binds the pin
+        )
         state = game.initial_state()
         obs, policies, movers = [], [], []
         resign_allowed = mcts.sample_resign_allowed()
@@ -199,6 +206,7 @@ class SelfPlay:
         self.sink = sink
         self.actor_id = actor_id
         self.stats = SelfPlayStats()
+        self.cache = EvalCache(int(cfg.cache_mb * 2**20)) if cfg.cache_mb > 0 else None
         self._next_game_id = 0
         self._done = asyncio.Event()
 
@@ -238,7 +246,13 @@ class SelfPlay:
             self._next_game_id += 1
             try:
                 finished = await play_game(
-                    self.game, self.mcts_cfg, self.client, rng, self.stats, self.cfg.version_wait_s
+                    self.game,
+                    self.mcts_cfg,
+                    self.client,
+                    rng,
+                    self.stats,
+                    self.cfg.version_wait_s,
+                    self.cache,
                 )
             except GameAbandoned as exc:
                 if not self.client.lifecycle.running:
@@ -278,7 +292,7 @@ class SelfPlay:
             log.info(
                 "games/s %.2f  positions/s %.1f  sims/s %.0f  evals/s %.0f  in flight %d  loop lag %.1f ms  "
                 "games %d  latest v%d  W/D/L %d/%d/%d  resigned %d  false resign %d/%d  "
-                "trajectories sent %d acked %d resent %d pending %d  abandoned %s",
+                "trajectories sent %d acked %d resent %d pending %d  abandoned %s  %s",
                 rates.rate("games", s.games, now),
                 rates.rate("positions", s.positions, now),
                 rates.rate("simulations", s.simulations, now),
@@ -298,4 +312,5 @@ class SelfPlay:
                 sink.resent,
                 sink.pending,
                 s.abandoned or "0",
+                self.cache.stats.line() if self.cache is not None else "cache off",
             )

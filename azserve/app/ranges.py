@@ -67,6 +67,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "mcts.resign_min_moves": (0, 1 << 20),
     "mcts.no_resign_fraction": (0.0, 1.0),
     "actors.processes": (1, 4096),
+    "actors.cache_mb": (0.0, 1 << 20),
     "actors.games": (1, 1 << 20),
     "actors.max_outbox": (1, 1 << 24),
     "actors.resend_after_s": POSITIVE_S,
