@@ -21,7 +21,17 @@ from azserve.errors import ConfigError, WeightsError
 from azserve.model.device import native_bf16
 from azserve.model.fold import fold_batchnorm
 from azserve.model.network import build_net
-from tests.conftest import NET, RTOL, positions
+from tests.conftest import (
+    NET,
+    RTOL,
+    MakeClient,
+    MakeControl,
+    MakeServer,
+    Reference,
+    positions,
+    wait_for,
+    weights_blob,
+)
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -184,3 +194,56 @@ async def test_bad_weights_are_refused_and_the_backend_keeps_serving(
     logits, _ = await inductor.infer(0, positions(4))
     assert logits.shape == (4, NET.num_actions)
     assert inductor.versions() == [0]
+
+
+async def test_server_swaps_a_compiled_model_under_load(
+    make_server: MakeServer, make_client: MakeClient, make_control: MakeControl, ref: Reference
+) -> None:
+    """Through the real server and sockets: a compiled backend serves version 0 while version 1
+    loads; after the ack, version 1's rows are its own net's and pinned version 0 keeps its
+    own; the status reports the compiled plan. (The same graph as the module's backend: the
+    compile is answered from inductor's cache.)"""
+    backend = TorchBackend(
+        NET, BackendConfig(device="cpu", compile="inductor", dtype="float32", batch_buckets=(4, 8))
+    )
+    server = await make_server(backend=backend, max_queue_delay_us=500)
+    ctl = await make_control(server.endpoint)
+    client = await make_client(server.endpoint)
+    obs = positions(32, seed=4)
+    stop = asyncio.Event()
+    served: dict[int, list[tuple[int, np.ndarray, float]]] = {0: [], 1: []}
+
+    async def game(i: int, version: int) -> None:
+        k = i
+        while not stop.is_set():
+            row = k % len(obs)
+            k += 5
+            logits, value = await client.evaluate(obs[row], version=version)
+            served[version].append((row, logits, value))
+
+    client.pin(0)
+    games = [asyncio.create_task(game(i, 0)) for i in range(8)]
+    await wait_for(lambda: len(served[0]) >= 50)
+    loaded = await ctl.load_weights(1, weights_blob(seed=1))
+    assert loaded.latest == 1
+    games += [asyncio.create_task(game(i, 1)) for i in range(8)]
+    await wait_for(lambda: len(served[1]) >= 50 and len(served[0]) >= 150)
+    stop.set()
+    await asyncio.gather(*games)  # any failed request raises here
+    for version, rows in served.items():
+        idx = np.array([r for r, _, _ in rows])
+        logits = np.stack([lg for _, lg, _ in rows])
+        values = np.array([v for _, _, v in rows], np.float32)
+        assert ref.rows_matching(obs[idx], logits, values, seed=version).all()
+    status = await ctl.status()
+    assert status["backend"]["compile"] == "inductor" and status["backend"]["buckets"] == [4, 8]
+    client.unpin(0)
+
+
+def test_train_chooses_following_threads_by_default() -> None:
+    from azserve.app.schema import TrainConfig
+    from azserve.app.train import server_threads
+
+    assert TrainConfig().server_threads == 0
+    assert server_threads(0) == {"threads": 1, "auto_threads": True}
+    assert server_threads(2) == {"threads": 2, "auto_threads": False}

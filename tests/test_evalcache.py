@@ -134,7 +134,7 @@ async def test_footprint_estimate_covers_the_real_memory() -> None:
     net, cache = FakeNet(), EvalCache(1 << 30)
     ev = cache.evaluator(net, 0)
     obs = [
-        np.random.default_rng(i).integers(0, 2, (2, 6, 7), dtype=np.uint8) for i in range(20_000)
+        np.random.default_rng(i).integers(0, 2, (2, 6, 7), dtype=np.uint8) for i in range(8_000)
     ]
     gc.collect()
     tracemalloc.start()
@@ -145,7 +145,7 @@ async def test_footprint_estimate_covers_the_real_memory() -> None:
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     estimated = cache.stats.bytes
-    assert 0.7 * estimated <= held <= 1.15 * estimated, (held, estimated)
+    assert 0.7 * estimated <= held <= 1.2 * estimated, (held, estimated)
 
 
 def test_zero_bytes_is_refused() -> None:
@@ -191,3 +191,19 @@ class _NullSink:
 
     async def aclose(self) -> int:
         return 0
+
+
+def test_bench_reads_the_window_from_the_status_lines() -> None:
+    from actors.evalcache import CacheStats
+    from azserve.app.bench.selfplay import cache_window
+
+    first = CacheStats(hits=10, shared=5, misses=85, entries=80, bytes=2**20, evictions=0)
+    last = CacheStats(hits=110, shared=25, misses=165, entries=200, bytes=3 * 2**20, evictions=4)
+    log = f"x  abandoned 0  {first.line()}\n y  abandoned 0  {last.line()}\n"
+    win = cache_window([log, log], evals_per_position=40.0)
+    assert win is not None
+    # Per process over the window: 120 of 200 lookups without a message.
+    assert win["hit_rate"] == 0.6 and win["joined_in_flight_fraction"] == 0.1
+    assert (win["entries"], win["mb"], win["evictions"]) == (400, 6.0, 8)
+    assert win["evaluations_saved_per_position"] == 24.0
+    assert cache_window(["no cache here"], 40.0) is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -113,6 +113,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def version_bytes(self, version: int) -> int:
         """Memory held by ``version`` (for the server's memory budget)."""
+
+    def status(self) -> dict[str, Any]:
+        """What the backend runs (execution path, threads) for the server's status reply."""
+        return {}
 
     @abc.abstractmethod
     async def aclose(self) -> None:

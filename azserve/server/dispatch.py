@@ -111,6 +111,7 @@ class InferenceServer:
             "queued_rows": self.scheduler.queued_rows,
             "queues": self.scheduler.queue_rows(),
             "paused_s": self.residency.paused_s,
+            "backend": self.backend.status(),
             **self.metrics.counters(),
         }
 

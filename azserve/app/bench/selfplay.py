@@ -172,7 +172,8 @@ class Run:
             end = cpu1[side]
             if start is not None and end is not None:
                 cpu[side] = (end - start) / win.seconds
-        return summarize(win, texts, self.cfg, cpu)
+        # The server's execution path and its compute threads at the end of the window.
+        return {**summarize(win, texts, self.cfg, cpu), "server_backend": last.get("backend")}
 
     def _cpu(self) -> dict[str, float | None]:
         """CPU seconds so far of the server and of all actor processes together."""
