@@ -140,12 +140,13 @@ class TorchBackend(Backend):
             raise WeightsError(f"weights do not run on the compiled graph: {exc}") from exc
 
     def _warm_up(self, runner: _Runner) -> None:
-        """Run every bucket (or one small batch) once, twice for CUDA graphs (warm-up, then
-        record), so the first real batch pays no compile, capture or allocation."""
+        """Run every bucket (or one small batch) once, three times for CUDA graphs (inductor's
+        graph trees run eagerly once, record, then replay), so the first real batch pays no
+        compile, capture or allocation."""
         t0 = time.monotonic()
         with torch.inference_mode():
             for b in self.plan.buckets or (1,):
-                for _ in range(2 if self.plan.cuda_graphs else 1):
+                for _ in range(3 if self.plan.cuda_graphs else 1):
                     self._forward(
                         runner, self._stage(np.zeros((b, *self.net_cfg.obs_shape), np.uint8))
                     )
@@ -238,7 +239,10 @@ class TorchBackend(Backend):
 
     def _forward(self, runner: _Runner, staged: _Staged) -> tuple[np.ndarray, np.ndarray]:
         if staged.ready is not None:
-            torch.cuda.current_stream(self.device).wait_event(staged.ready)
+            compute = torch.cuda.current_stream(self.device)
+            compute.wait_event(staged.ready)
+            for x, _ in staged.pieces:  # made on the copy stream, read on this one
+                x.record_stream(compute)
         logits_parts, value_parts = [], []
         for x, n in staged.pieces:
             logits, value = self._program(runner.weights, x)
