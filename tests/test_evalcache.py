@@ -133,9 +133,7 @@ async def test_footprint_estimate_covers_the_real_memory() -> None:
     the estimate (and not far below it, or the bound would waste memory)."""
     net, cache = FakeNet(), EvalCache(1 << 30)
     ev = cache.evaluator(net, 0)
-    obs = [
-        np.random.default_rng(i).integers(0, 2, (2, 6, 7), dtype=np.uint8) for i in range(8_000)
-    ]
+    obs = [np.random.default_rng(i).integers(0, 2, (2, 6, 7), dtype=np.uint8) for i in range(8_000)]
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
