@@ -45,7 +45,7 @@ class BackendConfig:
     batch_buckets: tuple[int, ...] = ()
     """torch: pad batches up to these sizes; a batch above the largest runs in chunks of it, so
     a compiled path never meets a new shape. Empty: exact sizes, or for ``inductor``
-    8, 16, 32, 64, 128, 256."""
+    1, 8, 16, 32, 64, 128, 256."""
     cuda_graphs: bool = True
     """torch on CUDA with ``inductor``: one CUDA graph per batch bucket (``reduce-overhead``)."""
     url: str = "127.0.0.1:8001"

@@ -40,7 +40,7 @@ from azserve.model.weights import load_strict
 
 log = logging.getLogger("azserve.backends.torch")
 
-DEFAULT_BUCKETS = (8, 16, 32, 64, 128, 256)
+DEFAULT_BUCKETS = (1, 8, 16, 32, 64, 128, 256)
 """Buckets of a compiled path when ``backend.batch_buckets`` is empty."""
 
 
