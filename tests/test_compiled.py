@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 
 from azserve.backends.base import BackendConfig
-from azserve.backends.threads import next_threads
+from azserve.backends.threads import IdleCores, next_threads
 from azserve.backends.torch_backend import TorchBackend
 from azserve.backends.torch_program import chunks, resolve_plan
 from azserve.errors import ConfigError, WeightsError
@@ -111,6 +112,22 @@ def test_next_threads_grows_into_idle_cores_and_gives_them_back() -> None:
     assert next_threads(2, idle_cores=0.1, max_threads=2) == 1
     assert next_threads(1, idle_cores=0.0, max_threads=2) == 1  # never below one
     assert next_threads(2, idle_cores=0.5, max_threads=4) == 2  # in between: stay
+
+
+def test_idle_cores_reads_idle_and_iowait_ticks(tmp_path: Path) -> None:
+    import os
+    import time
+
+    stat = tmp_path / "stat"
+    hz = os.sysconf("SC_CLK_TCK")
+    stat.write_text("cpu  100 0 50 1000 10 0 0 0 0 0\ncpu0 1 2 3\n")
+    idle = IdleCores(stat)
+    time.sleep(0.2)
+    # 0.3 s of idle + iowait ticks over the >= 0.2 s (and, on any machine, < 5 s) since.
+    stat.write_text(f"cpu  100 0 50 {1000 + 0.2 * hz:.0f} {10 + 0.1 * hz:.0f} 0 0 0 0 0\n")
+    got = idle.sample()
+    assert got is not None and 0.3 / 5 < got <= 0.3 / 0.2
+    assert IdleCores(tmp_path / "missing").sample() is None
 
 
 @pytest.fixture(scope="module")
