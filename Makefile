@@ -4,23 +4,40 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= configs/tictactoe.toml
 RUN_DIR ?= runs/tictactoe
+# torch 2.13.0's CPU build: pip's configured indexes/find-links provide it here and in CI.
+# Where pip sees only PyPI (whose Linux wheel pulls in CUDA, GBs), set
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu.
+TORCH_INDEX ?=
+TRAIN_ARGS ?=
+TESTS ?=
 
-.PHONY: venv train test fuzz lint bench clean
+.PHONY: venv train test fuzz lint docs clean distclean
 
 $(BIN)/azserve: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	# torch first, from the pinned CPU wheel, so pip never resolves a multi-GB CUDA build.
-	$(BIN)/pip install -q torch==2.13.0
+	# torch first, pinned, so that installing the project never resolves another build.
+	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
 venv: $(BIN)/azserve
 
+# Rerunnable: continues the run in RUN_DIR when there is one; FRESH=1 starts a new numbered
+# run beside it (RUN_DIR-2, RUN_DIR-3, ...). Either way the first line says which.
 train: venv
-	$(BIN)/azserve train --config $(CONFIG) --run-dir $(RUN_DIR)
+	@if [ -z "$(FRESH)" ] && [ -f "$(RUN_DIR)/config.toml" ]; then \
+		echo "make train: resuming the run in $(RUN_DIR) (make train FRESH=1 starts a new one)"; \
+		$(BIN)/azserve train --config $(CONFIG) --run-dir $(RUN_DIR) --resume $(TRAIN_ARGS); \
+	else \
+		dir="$(RUN_DIR)"; n=1; \
+		while [ -e "$$dir/config.toml" ]; do n=$$((n + 1)); dir="$(RUN_DIR)-$$n"; done; \
+		echo "make train: a fresh run in $$dir"; \
+		$(BIN)/azserve train --config $(CONFIG) --run-dir "$$dir" $(TRAIN_ARGS); \
+	fi
 
 test: venv
-	$(BIN)/python -m pytest -q
+	scripts/system_deps.sh  # Slurm and munge for the cluster tests (root + apt only)
+	$(BIN)/python -m pytest -q $(TESTS)
 
 fuzz: venv
 	AZSERVE_FUZZ_EXAMPLES=200000 $(BIN)/python -m pytest -q tests/test_fuzz.py -p no:cacheprovider
@@ -30,5 +47,12 @@ lint: venv
 	$(BIN)/ruff format --check azserve actors learner tests
 	$(BIN)/mypy azserve
 
+docs: venv
+	$(BIN)/python -m azserve.app.config_docs > docs/config.md
+
+# Outputs and caches; the virtual environment stays (distclean removes it too).
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf runs .pytest_cache build dist
+
+distclean: clean
+	rm -rf $(VENV)

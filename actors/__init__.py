@@ -12,6 +12,8 @@ _LAZY = {
     "make_game": "actors.games",
     "MCTS": "actors.mcts",
     "MCTSConfig": "actors.mcts",
+    "GumbelSearch": "actors.gumbel",
+    "make_search": "actors.selfplay",
     "SelfPlay": "actors.selfplay",
     "SelfPlayStats": "actors.selfplay",
     "play_game": "actors.selfplay",

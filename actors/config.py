@@ -42,6 +42,10 @@ class ActorsConfig:
     may use (0 = off). Keyed by (version, position): hits are exact and cost no message."""
     seed: int = 0
     """Base seed; each process and game coroutine derives its own stream."""
+    metrics_port: int = 0
+    """Prometheus endpoint base port: actor process *i* uses this + *i* (0 = off)."""
+    metrics_host: str = "127.0.0.1"
+    """Address of the metrics endpoints (loopback by default)."""
 
     def __post_init__(self) -> None:
         if self.max_outbox < 1:

@@ -16,6 +16,7 @@ import zmq.asyncio
 
 from actors.config import ActorsConfig
 from actors.mcts import MCTSConfig
+from actors.prom import actor_registry, metrics_port, sample_loop_lag
 from actors.selfplay import SelfPlay, SelfPlayStats
 from actors.sender import TrajectorySender
 from actors.sinks import FileSink, NullSink, TrajectorySink
@@ -23,6 +24,7 @@ from azserve.auth import AuthConfig
 from azserve.client import ClientConfig, EvalClient
 from azserve.errors import ComponentFailed, RequestTimeout
 from azserve.lifecycle import stop_on_signals
+from azserve.prom import start_endpoint
 
 log = logging.getLogger("actors")
 
@@ -58,6 +60,7 @@ async def run_actors(
     Endpoints (``client_cfg.server``, ``actors.learner``) must be resolved."""
     # A fresh suffix per process lifetime: a restarted actor counts game ids from 0 again, and
     # the learner drops (actor, game_id) pairs it has seen.
+    port = metrics_port(actors.metrics_port, actor_id)
     actor_id = f"{actor_id or socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     if stop is None:
         stop = stop_on_signals()
@@ -70,9 +73,15 @@ async def run_actors(
         sink = open_sink(actors, auth=auth)
         await sink.start()
         selfplay = SelfPlay(game, actors, mcts, client, sink, actor_id)
+        registry, lag = actor_registry(game, selfplay, sink)
+        metrics = await start_endpoint(registry, actors.metrics_host, port, "actor")
+        sampler = asyncio.create_task(sample_loop_lag(lag), name="actor-loop-lag")
         try:
             stats = await selfplay.run(stop)
         finally:
+            sampler.cancel()
+            if metrics is not None:
+                metrics.close()
             undelivered = await sink.aclose()
     finally:
         await client.aclose()
@@ -80,7 +89,13 @@ async def run_actors(
         raise ComponentFailed(f"actor {actor_id}: {client.lifecycle.error!r}")
     if undelivered:
         log.warning("%d trajectories were not delivered", undelivered)
-    log.info("actor %s done: %d games, %d positions", actor_id, stats.games, stats.positions)
+    log.info(
+        "actor %s done: %d games, %d positions recorded of %d moves played",
+        actor_id,
+        stats.games,
+        stats.positions,
+        stats.moves,
+    )
     sent = sink.stats()
     # One machine-readable line: the supervisor's final summary adds these up over actors.
     summary = {

@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from math import exp, inf, sqrt
+from typing import Literal
 
 import numpy as np
 
@@ -58,6 +59,19 @@ class MCTSConfig:
     """No resignation before this many moves have been played in the game."""
     no_resign_fraction: float = 0.1
     """Fraction of games played out with resignation disabled, to measure false resigns."""
+    algorithm: Literal["puct", "gumbel"] = "puct"
+    """Self-play search: AlphaZero's PUCT (this module) or Gumbel AlphaZero (actors/gumbel.py)."""
+    num_sampled_actions: int = 16
+    """Gumbel: root actions sampled without replacement (Gumbel-top-k) for sequential halving."""
+    c_visit: float = 50.0
+    """Gumbel: sigma(q) = (c_visit + max visits) * c_scale * q, q completed and in [0, 1]."""
+    c_scale: float = 0.1
+    """Gumbel: the scale of that transform (mctx's defaults: c_visit 50, c_scale 0.1)."""
+    full_search_fraction: float = 1.0
+    """Playout cap randomization (KataGo): the fraction of moves searched with
+    ``num_simulations`` and recorded as training targets; 1 records every move."""
+    fast_simulations: int = 8
+    """Simulations of the other moves (played, never recorded; PUCT drops root noise there)."""
 
     def __post_init__(self) -> None:
         if self.num_simulations < 1:
@@ -70,6 +84,28 @@ class MCTSConfig:
             raise ValueError(f"dirichlet_fraction must be in [0, 1], got {self.dirichlet_fraction}")
         if not 0.0 <= self.no_resign_fraction <= 1.0:
             raise ValueError(f"no_resign_fraction must be in [0, 1], got {self.no_resign_fraction}")
+        if self.num_sampled_actions < 1:
+            raise ValueError(f"num_sampled_actions must be >= 1, got {self.num_sampled_actions}")
+        if not 0.0 < self.full_search_fraction <= 1.0:
+            raise ValueError(
+                f"full_search_fraction must be in (0, 1], got {self.full_search_fraction}"
+            )
+        if (
+            self.full_search_fraction < 1.0
+            and not 1 <= self.fast_simulations <= self.num_simulations
+        ):
+            raise ValueError(
+                f"fast_simulations={self.fast_simulations} must be in [1, num_simulations="
+                f"{self.num_simulations}] when full_search_fraction < 1"
+            )
+
+    @property
+    def mean_simulations(self) -> float:
+        """Simulations per move on average: full and fast searches by their shares."""
+        f = self.full_search_fraction
+        if f >= 1.0:
+            return float(self.num_simulations)
+        return f * self.num_simulations + (1.0 - f) * self.fast_simulations
 
 
 @dataclass(frozen=True)
@@ -142,8 +178,15 @@ class MCTS:
         self.rng = rng
         self._root: _Node | None = None
 
-    async def search(self, state: State, evaluate: Evaluate, add_noise: bool) -> SearchResult:
-        """Run ``config.num_simulations`` new simulations from ``state``.
+    async def search(
+        self,
+        state: State,
+        evaluate: Evaluate,
+        add_noise: bool,
+        num_simulations: int | None = None,
+    ) -> SearchResult:
+        """Run ``num_simulations`` (default ``config.num_simulations``) new simulations from
+        ``state``.
 
         Reuses the tree kept by ``advance`` when its root is ``state``, else starts afresh.
         ``add_noise`` mixes Dirichlet noise into the root priors for this search only.
@@ -161,7 +204,8 @@ class MCTS:
                 self._expand(root, logits, value)
                 evaluations += 1
             self._set_root_priors(root, add_noise)
-            evaluations += await self._simulate(root, evaluate, self.config.num_simulations)
+            sims = self.config.num_simulations if num_simulations is None else num_simulations
+            evaluations += await self._simulate(root, evaluate, sims)
         except BaseException:
             # A failed or cancelled search may leave leaves in flight: never reuse that tree.
             self._root = None

@@ -1,7 +1,9 @@
 """Self-play: K game coroutines in one process sharing one EvalClient and one trajectory sink.
 
 Each game pins the latest weights version known at its start and uses it for every evaluation
-until its end; the finished game becomes one ``Trajectory`` (obs, MCTS policy, outcome).
+until its end; the finished game becomes one ``Trajectory`` (obs, search policy, outcome).
+The search is PUCT or Gumbel (``mcts.algorithm``); with playout cap randomization
+(``mcts.full_search_fraction < 1``) only the moves given the full search are recorded.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 from actors.config import ActorsConfig
 from actors.evalcache import EvalCache
 from actors.games import Game, State, make_game
+from actors.gumbel import GumbelResult, GumbelSearch
 from actors.mcts import MCTS, MCTSConfig, SearchResult
 from actors.sinks import TrajectorySink
 from azserve import protocol as P
@@ -35,6 +38,9 @@ class SelfPlayStats:
 
     games: int = 0
     positions: int = 0
+    """Positions recorded as training targets (the full-search moves)."""
+    moves: int = 0
+    """Moves played, recorded or not."""
     simulations: int = 0
     evaluations: int = 0
     resigned: int = 0
@@ -48,6 +54,8 @@ class SelfPlayStats:
     """Games given up, by reason (``version_lost``, ``timeout``, a server error type)."""
     version_waits: int = 0
     """Searches that waited for their game's version to be restored."""
+    unrecorded_games: int = 0
+    """Finished games with no recorded position (none had the full search), not sent."""
 
 
 @dataclass
@@ -61,6 +69,27 @@ class FinishedGame:
     version: int
     result: float
     resigned: bool
+    moves: int
+    """Moves played; ``len(outcome)`` of them were recorded."""
+
+
+Search = MCTS | GumbelSearch
+"""One game's search tree: PUCT or Gumbel, the same calls."""
+
+
+def make_search(game: Game, cfg: MCTSConfig, rng: np.random.Generator) -> Search:
+    """The search ``cfg.algorithm`` names."""
+    return GumbelSearch(game, cfg, rng) if cfg.algorithm == "gumbel" else MCTS(game, cfg, rng)
+
+
+def target_and_action(
+    search: Search, res: SearchResult, move_number: int
+) -> tuple[np.ndarray, int]:
+    """The policy target (float32 [A]) and the move to play after ``search`` returned ``res``."""
+    if isinstance(search, GumbelSearch):
+        assert isinstance(res, GumbelResult)
+        return search.policy_target(res), search.select_action(res, move_number)
+    return search.policy_target(res.visits), search.select_action(res.visits, move_number)
 
 
 class GameAbandoned(Exception):
@@ -72,12 +101,14 @@ class GameAbandoned(Exception):
 
 
 async def search_on_version(
-    mcts: MCTS,
+    mcts: Search,
     state: State,
     evaluate: Callable[[np.ndarray], Any],
     wait_s: float,
     stats: SelfPlayStats,
-) -> tuple[MCTS, SearchResult]:
+    num_simulations: int | None = None,
+    add_noise: bool = True,
+) -> tuple[Search, SearchResult]:
     """One move's search on the game's pinned version. If the server lost that version (it
     restarted), the search waits, bounded by ``wait_s``, for the learner to restore it, and
     starts the move again with a fresh tree; it never moves to another version. Returns the
@@ -85,7 +116,7 @@ async def search_on_version(
     deadline = None
     while True:
         try:
-            return mcts, await mcts.search(state, evaluate, add_noise=True)
+            return mcts, await mcts.search(state, evaluate, add_noise, num_simulations)
         except VersionUnavailable as exc:
             now = time.monotonic()
             deadline = deadline if deadline is not None else now + wait_s
@@ -94,7 +125,7 @@ async def search_on_version(
             stats.version_waits += 1
             await asyncio.sleep(min(0.5, max(0.0, deadline - now)))
             # The failed search left virtual losses and partial statistics: start afresh.
-            mcts = MCTS(mcts.game, mcts.config, mcts.rng)
+            mcts = make_search(mcts.game, mcts.config, mcts.rng)
         except RequestTimeout as exc:
             raise GameAbandoned("timeout", str(exc)) from None
         except ServerClosed as exc:  # the server said it is shutting down
@@ -114,8 +145,14 @@ async def play_game(
 ) -> FinishedGame:
     """Play one game against itself on the version pinned at its start, through the
     process's evaluation ``cache`` if any. Raises ``GameAbandoned`` when its version cannot be
-    served (see ``search_on_version``)."""
-    mcts = MCTS(game, mcts_cfg, rng)
+    served (see ``search_on_version``).
+
+    Playout cap randomization: each move gets the full search (``num_simulations``, recorded)
+    with probability ``full_search_fraction``, else a fast one (``fast_simulations``, played
+    but not recorded). PUCT's fast searches have no root noise (KataGo); Gumbel's keep it,
+    since its root noise is also how its moves are sampled."""
+    mcts = make_search(game, mcts_cfg, rng)
+    capped = mcts_cfg.full_search_fraction < 1.0
     with client.pin_latest() as version:
         evaluate = (
             cache.evaluator(client.evaluate, version)
@@ -129,8 +166,13 @@ async def play_game(
         resigner: int | None = None
         move = 0
         while not game.is_terminal(state):
-            mcts, res = await search_on_version(mcts, state, evaluate, version_wait_s, stats)
-            stats.simulations += mcts_cfg.num_simulations
+            full = not capped or rng.random() < mcts_cfg.full_search_fraction
+            sims = mcts_cfg.num_simulations if full else mcts_cfg.fast_simulations
+            noise = full or mcts_cfg.algorithm == "gumbel"
+            mcts, res = await search_on_version(
+                mcts, state, evaluate, version_wait_s, stats, sims, noise
+            )
+            stats.simulations += sims
             stats.evaluations += res.num_evaluations
             mover = game.to_play(state)
             if mcts.should_resign(res.root_value, move, resign_allowed):
@@ -138,10 +180,11 @@ async def play_game(
                 break
             if would_resign is None and mcts.should_resign(res.root_value, move, True):
                 would_resign = mover
-            obs.append(game.encode(state))
-            policies.append(mcts.policy_target(res.visits))
-            movers.append(mover)
-            action = mcts.select_action(res.visits, move)
+            target, action = target_and_action(mcts, res, move)
+            if full:
+                obs.append(game.encode(state))
+                policies.append(target)
+                movers.append(mover)
             state = game.apply(state, action)
             mcts.advance(action)
             move += 1
@@ -155,6 +198,7 @@ async def play_game(
     outcome = np.where(movers_a == 0, first_result, -first_result).astype(np.float32)
     stats.games += 1
     stats.positions += len(obs)
+    stats.moves += move
     stats.results[int(first_result)] += 1
     stats.resigned += resigner is not None
     if not resign_allowed:
@@ -168,6 +212,7 @@ async def play_game(
         version=version,
         result=first_result,
         resigned=resigner is not None,
+        moves=move,
     )
 
 
@@ -183,6 +228,7 @@ def to_message(
         length=len(g.outcome),
         result=g.result,
         resigned=g.resigned,
+        moves=g.moves,
     )
     return msg, [g.obs, g.policy, g.outcome]
 
@@ -259,8 +305,11 @@ class SelfPlay:
                     raise  # the client is closed or broken: not one game's problem
                 self._abandoned(exc)
                 continue
-            msg, arrays = to_message(finished, self.actor_id, game_id, self.game.name)
-            await self.sink.send(msg, *arrays)
+            if not len(finished.outcome):  # no move had the full search: nothing to train on
+                self.stats.unrecorded_games += 1
+            else:
+                msg, arrays = to_message(finished, self.actor_id, game_id, self.game.name)
+                await self.sink.send(msg, *arrays)
             if self.cfg.max_games and self.stats.games >= self.cfg.max_games:
                 self._done.set()
 
@@ -282,7 +331,7 @@ class SelfPlay:
     async def _status_loop(self) -> None:
         rates = RateMeter()
         start = time.monotonic()
-        for key in ("games", "positions", "simulations", "evaluations"):
+        for key in ("games", "positions", "moves", "simulations", "evaluations"):
             rates.rate(key, getattr(self.stats, key), start)
         while True:
             await asyncio.sleep(self.cfg.status_interval_s)
@@ -290,8 +339,10 @@ class SelfPlay:
             now = time.monotonic()
             sink = self.sink.stats()
             log.info(
-                "games/s %.2f  positions/s %.1f  sims/s %.0f  evals/s %.0f  in flight %d  loop lag %.1f ms  "
-                "games %d  latest v%d  W/D/L %d/%d/%d  resigned %d  false resign %d/%d  "
+                # The prefix up to "loop lag" is parsed by azserve bench selfplay: keep its order.
+                "games/s %.2f  positions/s %.1f  sims/s %.0f  evals/s %.0f  in flight %d  "
+                "loop lag %.1f ms  moves/s %.1f  games %d  positions recorded/moves played %d/%d  "
+                "latest v%d  W/D/L %d/%d/%d  resigned %d  false resign %d/%d  "
                 "trajectories sent %d acked %d resent %d pending %d  abandoned %s  %s",
                 rates.rate("games", s.games, now),
                 rates.rate("positions", s.positions, now),
@@ -299,7 +350,10 @@ class SelfPlay:
                 rates.rate("evaluations", s.evaluations, now),
                 self.client.pending_rows(),
                 s.loop_lag_ms,
+                rates.rate("moves", s.moves, now),
                 s.games,
+                s.positions,
+                s.moves,
                 self.client.latest_version,
                 s.results[1],
                 s.results[0],

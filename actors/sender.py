@@ -25,7 +25,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from actors.config import ActorsConfig
 from actors.sinks import BaseSink, SinkStats
-from azserve.auth import AuthConfig, client_auth
+from azserve.auth import AuthConfig, client_auth, client_keys
 from azserve.errors import ConfigError, ProtocolError
 from azserve.protocol import ErrorReply, Trajectory, TrajectoryAck, decode, encode
 
@@ -60,6 +60,8 @@ class TrajectorySender(BaseSink):
         self.auth = auth or AuthConfig()
         if not cfg.learner:
             raise ConfigError("actors.learner: the trajectory sender needs the learner's endpoint")
+        self._learner_key = ("auth.learner_public_key", self.auth.learner_public_key)
+        client_keys(self.auth, cfg.learner, self._learner_key)  # a bad key fails here, not in start
         self.cfg = cfg
         self._ctx = context
         self._own_ctx = context is None
@@ -85,7 +87,7 @@ class TrajectorySender(BaseSink):
         if self._ctx is None:
             self._ctx = zmq.asyncio.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
-        client_auth(self._sock, self.auth)
+        client_auth(self._sock, self.auth, str(self.cfg.learner), self._learner_key)
         # Connection events tell which trajectories a broken link may have swallowed.
         events = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
         self._monitor = self._sock.get_monitor_socket(events)  # type: ignore[assignment]

@@ -126,6 +126,9 @@ class Trajectory(Message, tag="traj", kw_only=True):
     length: int
     result: float
     resigned: bool = False
+    moves: int = 0
+    """Moves played in the game, recorded or not (playout cap randomization records only the
+    fully searched ones); 0 (older senders) means ``length``."""
 
 
 # --- replies (server -> client) --------------------------------------------------------------

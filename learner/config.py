@@ -148,6 +148,10 @@ class LearnerConfig:
     bind_retry_s: float = 2.0
     """Keep retrying a bind that finds the address in use this long: ZeroMQ releases a closed
     socket's address asynchronously, so a receiver restarted on the same endpoint may wait."""
+    metrics_port: int = 0
+    """Prometheus endpoint port on ``metrics_host`` (0 = off)."""
+    metrics_host: str = "127.0.0.1"
+    """Address of the metrics endpoint (loopback by default)."""
 
     def __post_init__(self) -> None:
         if self.dedup_capacity < 1:

@@ -21,6 +21,7 @@ from actors.games import make_game
 from azserve.errors import ComponentFailed, ConfigError, WeightsError
 from azserve.metrics import RateMeter, bottleneck
 from azserve.model.weights import load_weights_file, state_dict_to_bytes
+from azserve.prom import start_endpoint
 from learner.checkpoint import (
     journal_from,
     list_checkpoints,
@@ -30,6 +31,7 @@ from learner.checkpoint import (
 )
 from learner.config import LearnerSettings
 from learner.journal import Journal
+from learner.prom import learner_registry
 from learner.publisher import Publisher
 from learner.receiver import DuplicateFilter, TrajectoryReceiver
 from learner.replay import Replay
@@ -68,6 +70,8 @@ class Learner:
         self.checkpoint_failures = 0
         self.games = 0
         self.positions = 0
+        self.moves = 0
+        """Moves played in the stored games; ``positions`` of them were recorded."""
         if resume:
             self._resume()
         self.replay = Replay(cfg.replay, cfg.net.obs_shape, cfg.net.num_actions)
@@ -107,6 +111,9 @@ class Learner:
         """Mean busy fraction of the servers over the last status interval."""
         self.learner_busy = 0.0
         """Fraction of the last status interval spent training (not waiting for data)."""
+        self.server_stats: dict[str, float] = {}
+        """The servers' mean batch and latency percentiles at the last status interval."""
+        self.prom, self._step_seconds = learner_registry(self)
 
     def _resume(self) -> None:
         ckpt, bad = newest_readable_checkpoint(self.ckpt_dir)
@@ -123,6 +130,7 @@ class Learner:
         # Totals continue across restarts (train.games budgets and metrics rows count them).
         self.games = int(ckpt.meta.extra.get("games", 0))
         self.positions = int(ckpt.meta.extra.get("positions", 0))
+        self.moves = int(ckpt.meta.extra.get("moves", self.positions))
         log.info(
             "resumed from %s: step %d, version %d",
             path,
@@ -154,6 +162,7 @@ class Learner:
                 added += 1
                 self.games += 1
                 self.positions += len(outcome)
+                self.moves += max(msg.moves, len(outcome))
         if added:
             log.info("journal: %d games received after the checkpoint were restored", added)
         return added
@@ -173,12 +182,15 @@ class Learner:
         self.replay.insert(obs, policy, outcome, msg.version)
         self.games += 1
         self.positions += len(outcome)
+        self.moves += max(msg.moves, len(outcome))
         self._data.set()
 
     async def run(self, stop: asyncio.Event) -> None:
         # actors -> receiver -> replay ; trainer -> publisher -> servers
         await self.receiver.start()
         await self.publisher.start()
+        cfg = self.cfg.learner
+        metrics = await start_endpoint(self.prom, cfg.metrics_host, cfg.metrics_port, "learner")
         try:
             if self._lost_checkpoints:
                 await self._skip_past_servers()
@@ -190,6 +202,8 @@ class Learner:
             finally:
                 status.cancel()
         finally:
+            if metrics is not None:
+                metrics.close()
             await self.receiver.aclose()
             await self.publisher.aclose()
             self._pool.shutdown(wait=True)
@@ -224,6 +238,7 @@ class Learner:
             t0 = time.monotonic()
             self.last = await loop.run_in_executor(self._pool, self.trainer.step, batch)
             self.train_s += time.monotonic() - t0
+            self._step_seconds.observe(time.monotonic() - t0)
             step = self.trainer.step_count
             if step % self.cfg.learner.log_every == 0:
                 self.runlog.write(self.row(), step)
@@ -278,18 +293,18 @@ class Learner:
             "".join(f"; {s}: {why}" for s, why in result.failed.items()),
         )
 
-    def _cut_journal(self) -> tuple[int, int, int] | None:
-        """On the event loop, at once: the (games, positions) a checkpoint about to be taken
-        counts, and a new journal segment (its number is the third item) for what follows.
+    def _cut_journal(self) -> tuple[int, int, int, int] | None:
+        """On the event loop, at once: the (games, positions, moves) a checkpoint about to be
+        taken counts, and a new journal segment (its number is the last item) for what follows.
         None when the segment cannot be started (a full disk): no checkpoint this time."""
-        counts = (self.games, self.positions)
+        counts = (self.games, self.positions, self.moves)
         try:
             return (*counts, self._rotate_journal())
         except OSError as exc:
             self._checkpoint_failed(exc)
             return None
 
-    def _try_checkpoint(self, counts: tuple[int, int, int]) -> bool:
+    def _try_checkpoint(self, counts: tuple[int, int, int, int]) -> bool:
         """Checkpoint; a write error (ENOSPC, EIO, a read-only disk) is one log line and a
         False, and training goes on (the caller retries at the next step)."""
         try:
@@ -311,14 +326,15 @@ class Learner:
                 self.versions.current,
             )
 
-    def _checkpoint(self, counts: tuple[int, int, int]) -> Path:
-        """Save a checkpoint counting ``counts`` = (games, positions, first journal segment
-        after it): exactly the games in the segments before that one (``_cut_journal``)."""
-        games, positions, segment = counts
+    def _checkpoint(self, counts: tuple[int, int, int, int]) -> Path:
+        """Save a checkpoint counting ``counts`` = (games, positions, moves, first journal
+        segment after it): exactly the games in the segments before that one (``_cut_journal``)."""
+        games, positions, moves, segment = counts
         state = {
             **self.trainer.state_dict(),
             "games": games,
             "positions": positions,
+            "moves": moves,
             "journal_from": segment,
         }
         return save_checkpoint(
@@ -335,7 +351,12 @@ class Learner:
         """A checkpoint of the current state (on a clean stop). Weights trained past the last
         published version get the next version number: a resumed run serves them under it."""
         self.versions.settle(self.trainer.step_count)
-        counts = (self.games, self.positions, self._rotate_journal())  # OSError: to the caller
+        counts = (
+            self.games,
+            self.positions,
+            self.moves,
+            self._rotate_journal(),
+        )  # OSError: to the caller
         path = self._checkpoint(counts)
         self.journal.close()
         return path
@@ -350,6 +371,7 @@ class Learner:
             "version": self.versions.current,
             "games": self.games,
             "positions": self.positions,
+            "moves": self.moves,
             **{k: v for k, v in self.last.items() if k != "step"},
             "replay_size": m.size,
             "reuse": m.reuse,
@@ -360,11 +382,13 @@ class Learner:
             "games_stored": rx.accepted,
             "duplicates_dropped": rx.duplicates,
             "trajectories_rejected": rx.rejected,
+            "auth_refused": rx.auth_refused,
             "games_by_version": {str(v): n for v, n in sorted(rx.by_version.items())},
             "checkpoint_failures": self.checkpoint_failures,
             "versions_restored": self.publisher.restored,
             "learner_busy": self.learner_busy,
             "inference_busy": self.inference_busy,
+            **self.server_stats,
             "bottleneck": bottleneck(
                 {"learner": self.learner_busy, "inference": self.inference_busy}
             ),
@@ -407,9 +431,17 @@ class Learner:
     async def _inference_busy(self, now: float) -> float:
         """Mean busy fraction of the servers since the last call (their ``busy_s`` counters)."""
         fractions = []
-        for server, st in (await self.publisher.statuses()).items():
+        replies = await self.publisher.statuses()
+        statuses = [st for st in replies.values() if st is not None]
+        for server, st in replies.items():
             if st is not None:
                 fractions.append(min(1.0, self._rates.rate(f"busy {server}", st["busy_s"], now)))
+        if statuses:  # for metrics.jsonl, TensorBoard and the report
+            self.server_stats = {
+                "server_batch": sum(st["mean_batch"] for st in statuses) / len(statuses),
+                "server_latency_p50_ms": max(st["latency_ms"]["p50"] for st in statuses),
+                "server_latency_p99_ms": max(st["latency_ms"]["p99"] for st in statuses),
+            }
         return sum(fractions) / len(fractions) if fractions else self.inference_busy
 
 

@@ -62,7 +62,9 @@ class Publisher:
         self.version = -1
         """The newest version handed to ``publish``."""
         self._blob = b""
-        self._clients = {s: ControlClient(s, model, auth, heartbeat_s=0.5) for s in servers}
+        # The learner's own key pair is its identity: servers take loads from that key only.
+        learner = (auth or AuthConfig()).as_learner()
+        self._clients = {s: ControlClient(s, model, learner, heartbeat_s=0.5) for s in servers}
         self._busy: dict[str, asyncio.Lock] = {s: asyncio.Lock() for s in servers}
         self.last_result: PublishResult | None = None
         """What the latest ``publish`` did."""

@@ -88,6 +88,8 @@ class ReceiverStats:
     their senders keep them and send them again."""
     by_version: dict[int, int]
     """Accepted trajectories per weights version."""
+    auth_refused: int = 0
+    """CURVE handshakes refused: a peer without CURVE or the learner's key, or unlisted."""
 
 
 class TrajectoryReceiver:
@@ -124,6 +126,7 @@ class TrajectoryReceiver:
         """The bound endpoint, with the actual port, once started."""
         self._received = self._accepted = self._positions = 0
         self._duplicates = self._rejected = self._dropped = self._unstored = 0
+        self._auth_refused = 0
         self._by_version: Counter[int] = Counter()
 
     async def start(self) -> None:
@@ -134,7 +137,15 @@ class TrajectoryReceiver:
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.MAXMSGSIZE, self.cfg.max_message_bytes)
         try:
-            self._authenticator = server_auth(self._ctx, sock, self.auth, self.cfg.bind)
+            self._authenticator = server_auth(
+                self._ctx,
+                sock,
+                self.auth,
+                self.cfg.bind,
+                role="learner",
+                monitor=True,
+                on_refused=self._refused,
+            )
             await self._bind(sock)
         except (zmq.ZMQError, ConfigError, asyncio.CancelledError):
             sock.close(linger=0)
@@ -145,6 +156,8 @@ class TrajectoryReceiver:
         self._sock = sock
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.lifecycle.spawn(self._run(), "recv")
+        if self._authenticator is not None:
+            self.lifecycle.spawn(self._authenticator.watch(), "auth")
         self.lifecycle.started()
 
     async def _bind(self, sock: zmq.asyncio.Socket) -> None:
@@ -198,7 +211,11 @@ class TrajectoryReceiver:
             dropped=self._dropped,
             unstored=self._unstored,
             by_version=dict(self._by_version),
+            auth_refused=self._auth_refused,
         )
+
+    def _refused(self, reason: str) -> None:
+        self._auth_refused += 1
 
     async def _run(self) -> None:
         sock = self._sock
@@ -256,6 +273,8 @@ class TrajectoryReceiver:
         t = msg.length
         if t < 1:
             return f"length {t} < 1"
+        if msg.moves and msg.moves < t:
+            return f"moves {msg.moves} < length {t}"
         want = {
             "obs": (obs, np.uint8, (t, *self.obs_shape)),
             "policy": (policy, np.float32, (t, self.num_actions)),

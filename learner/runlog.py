@@ -42,12 +42,37 @@ class RunLog:
                     and not isinstance(value, bool)
                     and key not in ("time", "step")
                 ):
-                    self._tb.add_scalar(key, value, step)
+                    self._tb.add_scalar(tb_tag(key), value, step)
 
     def close(self) -> None:
         self._file.close()
         if self._tb is not None:
             self._tb.close()
+
+
+TB_GROUPS = {
+    "replay/": ("replay_size", "reuse", "mean_lag", "insert_rate", "sample_rate", "dropped_stale"),
+    "selfplay/": (
+        "games",
+        "positions",
+        "games_stored",
+        "duplicates_dropped",
+        "trajectories_rejected",
+    ),
+    "server/": (
+        "inference_busy",
+        "server_batch",
+        "server_latency_p50_ms",
+        "server_latency_p99_ms",
+        "versions_restored",
+    ),
+}
+"""TensorBoard tag groups of metrics.jsonl keys; every other key is under ``train/``."""
+
+
+def tb_tag(key: str) -> str:
+    """The grouped TensorBoard tag of a metrics.jsonl key: ``reuse`` -> ``replay/reuse``."""
+    return next((g + key for g, keys in TB_GROUPS.items() if key in keys), "train/" + key)
 
 
 def _jsonable(x: Any) -> Any:

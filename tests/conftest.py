@@ -29,7 +29,7 @@ from azserve.model.network import build_net
 from azserve.model.spec import NetConfig
 from azserve.model.weights import state_dict_to_bytes
 
-pytest_plugins = ["tests.triton_server"]
+pytest_plugins = ["tests.triton_server", "tests.netns"]
 
 NET = NetConfig(in_channels=2, height=3, width=3, num_actions=9, blocks=1, channels=8)
 """The tiny net every server test runs: obs ``[n, 2, 3, 3]``, logits ``[n, 9]``."""

@@ -80,6 +80,19 @@ def test_verdict_names_the_smallest_capacity() -> None:
     v = verdict(point, cfg, sims_per_core=1e6, model_rate=8000.0, learner_samples=400.0)
     assert v["bottleneck"] == "learner"
     assert v["capacity_positions_per_s"] == {"actor": 200.0, "inference": 1000.0, "learner": 100.0}
+    # Playout caps: a quarter of the moves get 10 simulations, the rest 2 (mean 4); the learner
+    # trains on a quarter of the moves, so it keeps up with 4x the moves.
+    capped = load_config(
+        TTT,
+        [
+            "mcts.num_simulations=10",
+            "mcts.full_search_fraction=0.25",
+            "mcts.fast_simulations=2",
+            "replay.reuse_target=4.0",
+        ],
+    )
+    v = verdict(point, capped, sims_per_core=1e6, model_rate=8000.0, learner_samples=400.0)
+    assert v["capacity_positions_per_s"] == {"actor": 500.0, "inference": 1000.0, "learner": 400.0}
 
 
 # --- the real CLI --------------------------------------------------------------------------------

@@ -114,7 +114,7 @@ def test_serve_answers_with_seeded_net_and_stops_on_sigterm(spawn, tmp_path: Pat
     sets = ["--set", f"server.bind={endpoint}", "--set", "server.status_interval_s=0"]
     proc = spawn("serve", "serve", "--config", str(TTT), *sets)
     wait_serving(proc, endpoint)
-    assert f"azserve serving tictactoe on {endpoint}" in proc.stdout
+    assert f"azserve serving tictactoe on {endpoint} (weights version 0)" in proc.stdout
 
     cfg = load_config(TTT, [f"server.bind={endpoint}"])
     want_logits, want_values = reference(build_net(cfg.net, seed=cfg.net.seed), positions(16))
@@ -139,8 +139,9 @@ def test_serve_checkpoint_serves_its_weights(spawn, tmp_path: Path) -> None:
     ckpt = save_checkpoint(tmp_path / "ckpts", 40, 5, trainer.state_dict(), to_dict(cfg))
 
     endpoint = f"ipc://{tmp_path}/s.ipc"
+    # No --config and no version: the checkpoint carries both (it was saved at version 5).
     proc = spawn(
-        "serve", "serve", "--config", str(TTT), "--checkpoint", str(ckpt), "--version", "5",
+        "serve", "serve", "--checkpoint", str(ckpt),
         "--set", f"server.bind={endpoint}", "--set", "server.status_interval_s=0",
     )  # fmt: skip
     wait_serving(proc, endpoint)

@@ -28,9 +28,6 @@ from learner.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 C4_DATA = EvalConfig().c4_positions
-needs_c4_data = pytest.mark.skipif(
-    not resolve_data_path(C4_DATA).is_file(), reason=f"benchmark data {C4_DATA} not present"
-)
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 SMALL_C4 = NetConfig(in_channels=2, height=6, width=7, num_actions=7, blocks=1, channels=8)
@@ -47,8 +44,9 @@ def ttt_agent(seed: int = 0) -> Agent:
     return Agent(make_game("tictactoe"), SMALL_TTT, None, cfg.mcts, seed=seed)
 
 
-@needs_c4_data
 def test_load_c4_benchmark() -> None:
+    # The positions are project data: no file outside the repository is needed.
+    assert resolve_data_path(C4_DATA).resolve() == REPO / "data" / "connect4" / "move_scores.tsv"
     rows = load_c4_benchmark(C4_DATA)
     assert len(rows) == 1000
     counts = Counter(r["set"] for r in rows)
@@ -72,7 +70,6 @@ def test_load_c4_benchmark() -> None:
     assert load_c4_benchmark(C4_DATA, limit=10) == rows[:10]
 
 
-@needs_c4_data
 def test_connect4_mistakes_per_set() -> None:
     out = connect4_mistakes(c4_agent(), C4_DATA, sims=0)
     assert out["positions"] == 1000
@@ -89,7 +86,6 @@ def test_connect4_mistakes_per_set() -> None:
     assert rates["overall"] == pytest.approx(weighted)
 
 
-@needs_c4_data
 def test_connect4_mistakes_with_search() -> None:
     out = connect4_mistakes(c4_agent(), C4_DATA, sims=4, limit=40)
     assert out["positions"] == 40

@@ -273,6 +273,7 @@ REPLY_TYPES = {
     "BadShape",
     "BadDtype",
     "TooManyRows",
+    "BadValue",
     "Overloaded",
     "VersionUnavailable",
     "BadWeights",

@@ -39,6 +39,7 @@ TORCH_ALLOWED = (
     "azserve.app.analyze",
     "azserve.app.play",
     "azserve.app.train",
+    "azserve.app.compare",  # scores checkpoints in-process, as train does
     "azserve.app.bench",
 )
 """Modules (or packages) that may import torch."""

@@ -104,6 +104,7 @@ async def send_games(cfg: Config, n: int, version: int, first_id: int = 0, seed:
                 version=version,
                 length=len(outcome),
                 result=result,
+                moves=2 * len(outcome),  # as if half the moves were fast, unrecorded searches
             )
             await sender.send(msg, obs, policy, outcome)
         await wait_for(lambda: sender.stats().acked == n, 30)
@@ -200,6 +201,7 @@ async def test_learner_trains_publishes_checkpoints_and_resumes(
                 "mean_lag",
             } <= set(r)
         assert rows[-1]["games"] == 60 and rows[-1]["positions"] == learner.positions > 0
+        assert rows[-1]["moves"] == learner.moves == 2 * learner.positions
         games_1, positions_1 = learner.games, learner.positions
 
         # Run 2: resumed, to 40 steps; it continues the step, version and counters.
@@ -207,6 +209,7 @@ async def test_learner_trains_publishes_checkpoints_and_resumes(
         resumed = Learner(learner_settings(cfg2), run_dir, resume=True)
         assert (resumed.trainer.step_count, resumed.versions.current) == (20, 4)
         assert (resumed.games, resumed.positions) == (games_1, positions_1)
+        assert resumed.moves == 2 * positions_1  # moves played continue too
         assert resumed.replay.current_version == 4
         async with learning(resumed) as (task, _):
             await send_games(cfg2, 60, version=4, first_id=1000, seed=1)

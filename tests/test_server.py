@@ -318,16 +318,21 @@ async def test_prometheus_endpoint(make_server: MakeServer, make_client: MakeCli
         ("azserve_compute_busy_seconds_total", "counter"),
         ("azserve_weight_loads_total", "counter"),
         ("azserve_batch_size", "histogram"),
-        ("azserve_queue_delay_ms", "summary"),
-        ("azserve_compute_ms", "summary"),
-        ("azserve_latency_ms", "summary"),
+        ("azserve_queue_delay_seconds", "histogram"),
+        ("azserve_compute_seconds", "histogram"),
+        ("azserve_latency_seconds", "histogram"),
         ("azserve_queued_rows", "gauge"),
         ("azserve_latest_version", "gauge"),
         ("azserve_versions_resident", "gauge"),
+        ("azserve_build_info", "gauge"),
+        ("process_resident_memory_bytes", "gauge"),
     ]:
         assert f"# TYPE {name} {kind}\n" in text, name
-    assert "\nazserve_rows_total 3\n" in text
-    assert '\nazserve_batch_size_bucket{le="+Inf"} 1\n' in text
+    assert '\nazserve_rows_total{model="default"} 3.0\n' in text
+    assert '\nazserve_batch_size_bucket{le="+Inf",model="default"} 1.0\n' in text
+    # Latencies in seconds, with _sum and _count: rate() and aggregation across servers work.
+    assert '\nazserve_latency_seconds_count{model="default"} 1.0\n' in text
+    assert 'role="server"' in text
 
 
 async def test_client_outlives_a_server_restart(

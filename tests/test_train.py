@@ -160,6 +160,7 @@ def test_train_resume_refuse_and_interrupt(start, tmp_path: Path) -> None:
     assert cfg.trainer.batch_size == 64 and cfg.train.steps == 20 and cfg.learner.max_steps == 20
     ckpts = list_checkpoints(run_dir / "checkpoints")
     assert ckpts and ckpts[-1][0] == 20
+    v20 = load_checkpoint(ckpts[-1][1]).meta.version
     rows = rows_of(run_dir)
     assert rows and rows[-1]["step"] == 20
     for r in rows:
@@ -196,6 +197,8 @@ def test_train_resume_refuse_and_interrupt(start, tmp_path: Path) -> None:
     resumed.popen.send_signal(signal.SIGINT)
     assert resumed.wait(timeout=150) == 130, resumed.output
     assert "stopped: interrupted (Ctrl-C)" in resumed.output
+    assert "stopping (interrupted (Ctrl-C))..." in resumed.output
+    assert f"resumed from step 20, version {v20} " in resumed.output
     assert not [pid for pid in children if alive(pid)]
 
     rows = rows_of(run_dir)

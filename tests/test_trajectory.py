@@ -155,6 +155,9 @@ def bad_messages() -> list[tuple[int | None, list[bytes | memoryview], str]]:
     g, o, p, z = traj(2, game="connect4")
     g.id = 15
     out.append((15, encode(g, [o, p, z]), "not this learner's"))
+    m, o, p, z = traj(3)
+    m.id, m.moves = 16, 2
+    out.append((16, encode(m, [o, p, z]), "moves 2 < length 3"))
     return out
 
 

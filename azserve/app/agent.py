@@ -19,6 +19,7 @@ import torch
 from actors.games import Game, State, make_game
 from actors.mcts import MCTS, MCTSConfig
 from azserve.app.config import apply_overrides, from_dict, read_toml
+from azserve.app.presets import resolve_config
 from azserve.app.schema import Config
 from azserve.batching import TickCoalescer
 from azserve.errors import ConfigError, WeightsError
@@ -88,13 +89,15 @@ class Agent:
         if state is not None:
             load_strict(model, state, "checkpoint weights")
         self.evaluator = LocalEvaluator(model)
-        # Analysis is deterministic: no noise, no temperature, no resignation.
+        # Analysis is deterministic: no noise, no temperature, no resignation; every search
+        # is a full one (playout caps are a self-play setting).
         self.mcts_cfg = replace(
             mcts,
             temperature=0.0,
             temperature_moves=0,
             resign_threshold=-2.0,
             dirichlet_fraction=0.0,
+            full_search_fraction=1.0,
         )
         self.seed = seed
 
@@ -141,7 +144,7 @@ def agent_from_checkpoint(
     game: str | None = None,  # type: ignore[assignment]
 ) -> tuple[Config, Agent]:
     """(Config, Agent) for a checkpoint. A learner checkpoint carries its config; plain weights
-    need ``config_path`` or ``game`` (then ``configs/<game>.toml`` is used)."""
+    need ``config_path`` or ``game`` (then the shipped config of that game is used)."""
     if not Path(path).is_file():  # else the fallback below would blame a missing config
         raise WeightsError(f"checkpoint not found: {path}")
     try:
@@ -153,7 +156,7 @@ def agent_from_checkpoint(
     if data is None:
         if game is None:
             raise ConfigError(f"{path} carries no config: pass --config or --game")
-        data = read_toml(Path(__file__).resolve().parents[2] / "configs" / f"{game}.toml")
+        data = read_toml(resolve_config(game))
     cfg = from_dict(Config, apply_overrides(data, list(overrides)), "")
     if game is not None and game != cfg.game:
         raise ConfigError(f"--game {game}: the checkpoint plays {cfg.game}")

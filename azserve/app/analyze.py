@@ -119,9 +119,10 @@ def run_analyze(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)
+    # The input first: a missing file is reported before the network loads.
+    src = sys.stdin if args.input == "-" else open(args.input)  # noqa: SIM115 - closed below
     cfg, agent = agent_from_checkpoint(args.checkpoint, args.config, args.overrides, args.game)
     sims = cfg.eval.sims if args.sims is None else args.sims
-    src = sys.stdin if args.input == "-" else open(args.input)  # noqa: SIM115 - closed below
     try:
         serve_stream(src, sys.stdout, agent, cfg.game, sims)
     finally:

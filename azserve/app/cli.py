@@ -1,20 +1,122 @@
-"""The ``azserve`` command: one subcommand per use, each taking ``--config`` and ``--set``."""
+"""The azserve command: one subcommand per use, each taking --config and --set."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NoReturn
+
+import zmq
 
 from azserve.errors import AzserveError, ConfigError
 
 log = logging.getLogger("azserve")
 
+DESCRIPTION = """\
+AlphaZero-style self-play at high throughput: coroutine actors, a dynamic-batching inference
+server and a learner that hot-swaps weights. Every subcommand takes --config (a TOML file, or
+the name of a shipped config: tictactoe, connect4) and any number of --set SECTION.KEY=VALUE.
+Extra overrides may also come from the environment: AZSERVE_SET="train.steps=20 eval.sims=8"
+(space-separated, applied after the command line's)."""
+
+EXAMPLES = {
+    "serve": "azserve serve --checkpoint runs/tictactoe",
+    "status": "azserve status tcp://127.0.0.1:5555",
+    "keys": "azserve keys --dir keys alice bob",
+    "actors": "azserve actors --config connect4 --set client.server=tcp://10.0.0.2:5555",
+    "learn": "azserve learn --config connect4 --run-dir runs/c4 --resume",
+    "train": "azserve train --config tictactoe --run-dir runs/ttt --minutes 8",
+    "analyze": 'echo \'{"id": 1, "moves": [0, 4]}\' | azserve analyze --checkpoint runs/ttt',
+    "play": "azserve play --checkpoint runs/ttt --first agent",
+    "bench": "azserve bench serve --config connect4 --duration 10 --peers ''",
+    "launch": "azserve launch --config connect4 --hosts hosts.toml --dry-run",
+}
+"""One example per subcommand, shown at the end of its --help."""
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples as written; each option's default shown when it has one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" not in text
+            and action.option_strings
+            and default not in (None, False, [], argparse.SUPPRESS)
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (not the usage block) and whose help shows
+    defaults; subcommand parsers are of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in [lo, hi] (hi None: no upper bound)."""
+
+    def parse(text: str) -> int:
+        try:
+            x = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if x < lo or (hi is not None and x > hi):
+            raise argparse.ArgumentTypeError(f"{x} is out of range: allowed {_range(lo, hi)}")
+        return x
+
+    return parse
+
+
+def float_in(lo: float, hi: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a finite number in [lo, hi] (hi None: no upper bound)."""
+
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (x >= lo and (hi is None or x <= hi)) or x == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text} is out of range: allowed {_range(lo, hi)}")
+        return x
+
+    return parse
+
+
+def _range(lo: float, hi: float | None) -> str:
+    def num(x: float) -> str:
+        return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+    return f"{num(lo)} to {num(hi)}" if hi is not None else f">= {num(lo)}"
+
+
+def _log_level(text: str) -> str:
+    level = text.upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(LOG_LEVELS)}")
+    return level
+
 
 def _common(p: argparse.ArgumentParser, config_required: bool = True) -> None:
-    p.add_argument("--config", required=config_required, help="TOML config (see configs/)")
+    p.add_argument(
+        "--config",
+        required=config_required,
+        help="TOML config: a path, or a shipped config's name (tictactoe, connect4)",
+    )
     p.add_argument(
         "--set",
         dest="overrides",
@@ -23,77 +125,156 @@ def _common(p: argparse.ArgumentParser, config_required: bool = True) -> None:
         metavar="SECTION.KEY=VALUE",
         help="override one config value (repeatable)",
     )
-    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument(
+        "--log-level", type=_log_level, default="INFO", help=f"one of {', '.join(LOG_LEVELS)}"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="azserve", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(
+        prog="azserve",
+        description=DESCRIPTION,
+        epilog="examples:\n  azserve train --config tictactoe --run-dir runs/ttt\n"
+        "  azserve analyze --checkpoint runs/ttt < positions.jsonl\n"
+        "  azserve COMMAND --help    (each command's flags, defaults and an example)",
+    )
+    parser.add_argument("--version", action="version", version=f"azserve {package_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("serve", help="standalone model-serving endpoint")
-    _common(p)
-    p.add_argument("--checkpoint", help="safetensors weights or learner checkpoint to serve")
-    p.add_argument("--version", type=int, default=0, help="version number of those weights")
+    p = sub.add_parser(
+        "serve",
+        help="standalone model-serving endpoint",
+        description="Serve a model on server.bind (loopback by default) until SIGINT/SIGTERM. "
+        "A learner checkpoint carries its config: --checkpoint alone is enough.",
+    )
+    _common(p, config_required=False)
+    p.add_argument(
+        "--checkpoint",
+        help="safetensors weights or learner checkpoint to serve; a run or checkpoint "
+        "directory means its newest checkpoint",
+    )
+    p.add_argument(
+        "--weights-version",
+        type=int_in(0, 2**62),
+        help="serve the weights as this version (default: the version the checkpoint was "
+        "saved at; 0 for plain weights)",
+    )
     p.add_argument(
         "--checkpoint-dir",
         help="serve the newest readable learner checkpoint here, as its version (none: version 0)",
     )
     p.set_defaults(run=_run_serve)
 
-    p = sub.add_parser("keys", help="write CURVE certificates for cross-host sockets")
-    p.add_argument("--dir", required=True, help="output directory")
-    p.add_argument("names", nargs="*", default=["client"], help="client names (default: client)")
-    p.set_defaults(run=_run_keys)
+    p = sub.add_parser(
+        "status",
+        help="print a running server's status (JSON)",
+        description="Ask a running inference server for its status: limits, model shapes, "
+        "versions, queues and counters, as one JSON object.",
+    )
+    p.add_argument(
+        "endpoint",
+        nargs="?",
+        default=os.environ.get("AZSERVE_SERVER", "tcp://127.0.0.1:5555"),
+        help="the server's endpoint (default: $AZSERVE_SERVER, else %(default)s)",
+    )
+    p.add_argument("--timeout", type=float_in(0.01), default=5.0, help="seconds to wait")
+    p.set_defaults(run=_run_status)
 
     from azserve.app import commands
 
     commands.register(sub, _common)
+    for name, example in EXAMPLES.items():
+        sub.choices[name].epilog = f"example:\n  {example}"
     return parser
+
+
+def package_version() -> str:
+    """The installed distribution's version (the checkout's pyproject when run from one)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("azserve")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _run_serve(args: argparse.Namespace) -> int:
     import uvloop
 
-    from azserve.app.schema import load_config
-    from azserve.app.serve import serve
+    from azserve.app.serve import serve, serve_config
 
-    cfg = load_config(args.config, args.overrides)
-    uvloop.run(serve(cfg, args.checkpoint, args.version, args.checkpoint_dir))
+    if not (args.config or args.checkpoint):
+        raise ConfigError("pass --checkpoint F (it carries its config) or --config")
+    cfg = serve_config(args.config, args.overrides, args.checkpoint)
+    uvloop.run(serve(cfg, args.checkpoint, args.weights_version, args.checkpoint_dir))
     return 0
 
 
-def _run_keys(args: argparse.Namespace) -> int:
-    from azserve.auth import create_keys
+def _run_status(args: argparse.Namespace) -> int:
+    import json
 
-    for path in create_keys(args.dir, args.names):
-        print(path)
-    print(
-        f"server: auth.server_secret_key={Path(args.dir) / 'server.key_secret'} "
-        f"auth.client_keys_dir={Path(args.dir) / 'authorized'}"
-    )
-    print(
-        f"clients: auth.server_public_key={Path(args.dir) / 'server.key'} "
-        f"auth.client_secret_key={Path(args.dir) / '<name>.key_secret'}"
-    )
+    from azserve.sync_client import SyncClient
+
+    with SyncClient(args.endpoint, timeout_s=args.timeout) as c:
+        print(json.dumps(c.status(), indent=1))
     return 0
+
+
+def _resolve_paths(args: argparse.Namespace) -> None:
+    """Shipped config names and checkpoint directories become the files they stand for."""
+    from azserve.app.presets import resolve_config
+
+    if getattr(args, "config", None):
+        args.config = resolve_config(args.config)
+    if getattr(args, "checkpoint", None):
+        args.checkpoint = newest_checkpoint_in(args.checkpoint)
+    # Popped: the processes a command starts get their config resolved, not these again.
+    args.overrides = [*getattr(args, "overrides", []), *os.environ.pop("AZSERVE_SET", "").split()]
+
+
+def newest_checkpoint_in(arg: str) -> str:
+    """``arg`` itself when it is not a directory; else the newest checkpoint of a run
+    directory (``RUN/checkpoints/``) or of a checkpoint directory."""
+    p = Path(arg)
+    if not p.is_dir():
+        return arg
+    from learner.checkpoint import latest_checkpoint
+
+    found = latest_checkpoint(p / "checkpoints") or latest_checkpoint(p)
+    if found is None:
+        raise AzserveError(f"no checkpoint (ckpt-*.safetensors) in {p} or {p / 'checkpoints'}")
+    return str(found)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=getattr(args, "log_level", "INFO").upper(),
+        level=getattr(args, "log_level", "INFO"),
         format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
     run: Callable[[argparse.Namespace], int] = args.run
+    where = f"azserve {args.command}"
     try:
+        _resolve_paths(args)
         return run(args)
     except ConfigError as exc:
-        print(f"azserve {args.command}: config error: {exc}", file=sys.stderr)
+        print(f"{where}: config error: {exc}", file=sys.stderr)
         return 2
     except AzserveError as exc:
-        print(f"azserve {args.command}: {exc}", file=sys.stderr)
+        print(f"{where}: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (``azserve analyze ... | head -1``): stop quietly. Python would
+        # complain again when flushing stdout at exit, so stdout becomes /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except zmq.ZMQError as exc:  # e.g. an endpoint in use or malformed
+        print(f"{where}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a path that cannot be read or written: one line naming it
+        print(f"{where}: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

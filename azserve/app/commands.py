@@ -12,6 +12,10 @@ Common = Callable[..., None]
 
 
 def register(sub: Any, common: Common) -> None:
+    from azserve.app.cli import float_in, int_in
+
+    sims = int_in(0, 1 << 20)
+    games = ("tictactoe", "connect4")
     p = sub.add_parser("actors", help="self-play actor process")
     common(p)
     p.add_argument("--id", help="actor id (default: host-pid)")
@@ -29,27 +33,73 @@ def register(sub: Any, common: Common) -> None:
     common(p)
     p.add_argument("--run-dir", required=True, help="output directory")
     p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR")
-    p.add_argument("--minutes", type=float, help="time budget (overrides train.minutes)")
-    p.add_argument("--steps", type=int, help="learner step budget (overrides train.steps)")
-    p.add_argument("--games", type=int, help="self-play game budget (overrides train.games)")
+    p.add_argument(
+        "--minutes", type=float_in(0), help="time budget (overrides train.minutes; 0 = none)"
+    )
+    p.add_argument(
+        "--steps", type=int_in(0), help="learner step budget (overrides train.steps; 0 = none)"
+    )
+    p.add_argument(
+        "--games", type=int_in(0), help="self-play game budget (overrides train.games; 0 = none)"
+    )
     p.add_argument(
         "--no-progress", action="store_true", help="plain log lines instead of the live table"
     )
     p.set_defaults(run=_train)
 
+    p = sub.add_parser(
+        "compare", help="train candidate configs for equal minutes in turn; curves in one image"
+    )
+    p.add_argument(
+        "--config", action="append", required=True, help="a candidate's TOML config (repeat)"
+    )
+    p.add_argument("--label", action="append", help="a candidate's name (default: file stem)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one config value in every candidate (repeatable)",
+    )
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument("--run-dir", required=True, help="one run directory per candidate goes here")
+    p.add_argument("--minutes", type=float, required=True, help="training time per candidate")
+    p.add_argument(
+        "--keep-every",
+        type=int,
+        help="keep a checkpoint every N steps for the MCTS curve (checkpoint.keep_every)",
+    )
+    p.add_argument(
+        "--no-progress", action="store_true", help="plain log lines instead of the live table"
+    )
+    p.set_defaults(run=_compare)
+
     p = sub.add_parser("analyze", help="JSON-lines analysis engine (stdin -> stdout)")
     common(p, config_required=False)
-    p.add_argument("--checkpoint", required=True, help="weights or checkpoint (.safetensors)")
-    p.add_argument("--sims", type=int, help="MCTS simulations per position (0 = raw policy)")
-    p.add_argument("--game", help="default game for lines that name none")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="weights or checkpoint (.safetensors), or a run directory (its newest checkpoint)",
+    )
+    p.add_argument(
+        "--sims",
+        type=sims,
+        help="MCTS simulations per position (0 = raw policy; default eval.sims)",
+    )
+    p.add_argument("--game", choices=games, help="the game of plain weights (checkpoints know it)")
     p.add_argument("--input", default="-", help="input file (default stdin)")
     p.set_defaults(run=_analyze)
 
     p = sub.add_parser("play", help="play the agent in the terminal")
     common(p, config_required=False)
-    p.add_argument("--checkpoint", required=True, help="weights or checkpoint (.safetensors)")
-    p.add_argument("--sims", type=int, help="MCTS simulations per agent move")
-    p.add_argument("--game", help="game (default: the checkpoint's)")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="weights or checkpoint (.safetensors), or a run directory (its newest checkpoint)",
+    )
+    p.add_argument("--sims", type=sims, help="MCTS simulations per agent move (default eval.sims)")
+    p.add_argument("--game", choices=games, help="the game of plain weights (checkpoints know it)")
     p.add_argument("--first", choices=["human", "agent"], default="human", help="who moves first")
     p.set_defaults(run=_play)
 
@@ -57,14 +107,42 @@ def register(sub: Any, common: Common) -> None:
 
     register_bench(sub, common)
 
-    p = sub.add_parser("launch", help="run server, actors and learner across hosts (ssh)")
-    common(p)
-    p.add_argument("--hosts", required=True, help="hosts file (TOML) naming each host's role")
+    p = sub.add_parser("keys", help="write CURVE key pairs (one per role, on its own host)")
+    p.add_argument("--dir", required=True, help="directory of the key files")
     p.add_argument(
-        "--run-dir", help="the learner's run directory on its host (default runs/launch-GAME)"
+        "--name",
+        dest="pairs",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="write just this role's pair, e.g. server, learner, actors-cpu0 (repeatable)",
     )
     p.add_argument(
-        "--dry-run", action="store_true", help="print the commands instead of running them"
+        "names",
+        nargs="*",
+        help="without --name: the whole set in DIR (server, learner, one pair per NAME, "
+        "default actors; their public keys in DIR/authorized), for one trusted machine",
+    )
+    p.add_argument("--force", action="store_true", help="replace existing key files")
+    p.set_defaults(run=_keys)
+
+    p = sub.add_parser(
+        "launch", help="servers, actors and learner across hosts (Ray, Slurm or ssh)"
+    )
+    common(p)
+    p.add_argument("--cluster", required=True, help="cluster file (TOML, docs/cluster.md)")
+    p.add_argument(
+        "--run-dir", required=True, help="output directory, on this machine (as for train)"
+    )
+    p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR")
+    p.add_argument("--minutes", type=float, help="time budget (overrides train.minutes)")
+    p.add_argument("--steps", type=int, help="learner step budget (overrides train.steps)")
+    p.add_argument("--games", type=int, help="self-play game budget (overrides train.games)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the resolved plan and start nothing"
+    )
+    p.add_argument(
+        "--no-progress", action="store_true", help="plain status lines instead of a live table"
     )
     p.set_defaults(run=_launch)
 
@@ -115,12 +193,23 @@ def _train(args: argparse.Namespace) -> int:
     from azserve.app.schema import load_config
     from azserve.app.train import run_training
 
+    cfg = load_config(args.config, _budget_overrides(args))
+    return run_training(cfg, Path(args.run_dir), resume=args.resume, progress=not args.no_progress)
+
+
+def _budget_overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` overrides plus ``--minutes/--steps/--games`` as ``train.*`` keys."""
     overrides = list(args.overrides)
     for key in ("minutes", "steps", "games"):
         if getattr(args, key) is not None:
             overrides.append(f"train.{key}={getattr(args, key)}")
-    cfg = load_config(args.config, overrides)
-    return run_training(cfg, Path(args.run_dir), resume=args.resume, progress=not args.no_progress)
+    return overrides
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from azserve.app.compare import run_compare
+
+    return run_compare(args)
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -136,6 +225,44 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from azserve.app.launch import run_launch
+    from azserve.app.cluster.run import ClusterRun, dry_run
+    from azserve.app.cluster.spec import load_cluster
+    from azserve.app.schema import load_config
 
-    return run_launch(args)
+    spec = load_cluster(args.cluster)
+    cfg = load_config(args.config, _budget_overrides(args))
+    if args.dry_run:
+        print(dry_run(cfg, spec, Path(args.run_dir)))
+        return 0
+    run = ClusterRun(cfg, spec, Path(args.run_dir), args.resume, progress=not args.no_progress)
+    return run.run()
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from azserve.errors import ConfigError
+    from azserve.keys import create_keys, create_pair
+
+    d = Path(args.dir)
+    if args.pairs and args.names:
+        raise ConfigError("keys: give --name NAME (one role's pair) or NAMES (a set), not both")
+    if args.pairs:
+        for name in args.pairs:
+            public = create_pair(d, name, args.force)
+            print(f"{d / (name + '.key_secret')}  secret: stays on this host")
+            print(f"{public}  public: copy to the hosts that talk to {name}")
+        return 0
+    for path in create_keys(d, args.names or ["actors"], args.force):
+        print(path)
+    print(
+        f"server: auth.server_secret_key={d / 'server.key_secret'} "
+        f"auth.client_keys_dir={d / 'authorized'} auth.learner_public_key={d / 'learner.key'}"
+    )
+    print(
+        f"learner: auth.learner_secret_key={d / 'learner.key_secret'} "
+        f"auth.client_keys_dir={d / 'authorized'} auth.server_public_key={d / 'server.key'}"
+    )
+    print(
+        f"actors: auth.client_secret_key={d / '<name>.key_secret'} "
+        f"auth.server_public_key={d / 'server.key'} auth.learner_public_key={d / 'learner.key'}"
+    )
+    return 0

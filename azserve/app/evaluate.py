@@ -19,10 +19,10 @@ import numpy as np
 from actors.games import Game, State, make_game
 from actors.games.solver import TicTacToeSolver
 from azserve.app.agent import Agent, analysis_mcts
+from azserve.app.presets import resolve_data_path
 from azserve.app.schema import Config
 from azserve.model.weights import load_weights_file
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SET_NAMES = {
     "Test_L3_R1": "End-Easy",
     "Test_L2_R1": "Middle-Easy",
@@ -31,11 +31,6 @@ SET_NAMES = {
     "Test_L1_R2": "Beginning-Medium",
     "Test_L1_R3": "Beginning-Hard",
 }
-
-
-def resolve_data_path(path: str) -> Path:
-    p = Path(path)
-    return p if p.is_absolute() or p.exists() else REPO_ROOT / p
 
 
 def tictactoe_optimality(agent: Agent, sims: int) -> dict[str, float]:
@@ -162,4 +157,21 @@ def evaluate_checkpoint(
             out["vs_previous"] = match(
                 agent, earlier, cfg.eval.match_games, cfg.eval.match_sims, opening_plies=2
             )
+    return out
+
+
+def eval_scalars(result: dict[str, Any], prefix: str = "eval") -> dict[str, float]:
+    """An evaluation result as flat TensorBoard scalars: ``{"tictactoe": {"policy_optimal":
+    0.98}}`` -> ``{"eval/tictactoe/policy_optimal": 0.98}``; match results as scores in [0, 1]
+    (win 1, draw 1/2)."""
+    out: dict[str, float] = {}
+    for key, value in result.items():
+        name = f"{prefix}/{key}"
+        if isinstance(value, dict) and {"win", "draw", "loss"} <= set(value):
+            n = max(1, value["win"] + value["draw"] + value["loss"])
+            out[f"{name}/score"] = (value["win"] + 0.5 * value["draw"]) / n
+        elif isinstance(value, dict):
+            out.update(eval_scalars(value, name))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
     return out

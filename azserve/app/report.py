@@ -1,62 +1,122 @@
-"""``report.png``: losses, evaluation scores and throughput of a run, from its JSON-lines logs."""
+"""``report.png``: a run on one page, from its JSON-lines logs (``metrics.jsonl``,
+``eval.jsonl``) and its ``config.toml``.
+
+Six panels, each with labelled axes and units: training loss, evaluation scores (the axis
+scaled to the data), throughput, learning rate, freshness (policy lag, reuse) and the
+inference server (batch, busy fractions). Time series break where the run was not running
+(a stop and a resume): a gap is drawn as a gap, not a straight line.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on these machines
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from learner.runlog import read_metrics  # noqa: E402
 
+GAP_FACTOR = 5.0
+"""Two rows further apart in time than this many typical intervals have a gap between them."""
+
 
 def write_report(run_dir: str | Path) -> Path:
+    """Draw ``RUN/report.png``; returns its path."""
     run_dir = Path(run_dir)
-    rows = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
-    evals = []
-    if (run_dir / "eval.jsonl").exists():
-        evals = [
-            json.loads(line)
-            for line in (run_dir / "eval.jsonl").read_text().splitlines()
-            if line.strip()
-        ]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-    ax = axes[0]
-    if rows:
-        steps = [r["step"] for r in rows]
-        for key in ("loss", "policy_loss", "value_loss"):
-            ax.plot(steps, [r.get(key, float("nan")) for r in rows], label=key)
-    ax.set(title="training loss", xlabel="learner step")
-    ax = axes[1]
-    for label, series in _eval_series(evals).items():
-        ax.plot([p[0] for p in series], [p[1] for p in series], marker="o", label=label)
-    ax.set(title="evaluation", xlabel="learner step", ylim=(-0.02, 1.02))
-    ax = axes[2]
-    if len(rows) > 1:
-        t0 = rows[0]["time"]
-        ts = [(r["time"] - t0) / 60 for r in rows]
-        pos_rate = [0.0] + [
-            (b["positions"] - a["positions"]) / max(b["time"] - a["time"], 1e-9)
-            for a, b in zip(rows, rows[1:])
-        ]
-        samples = [r.get("sample_rate", 0.0) for r in rows]
-        ax.plot(ts, pos_rate, label="self-play positions/s")
-        ax.plot(ts, samples, label="learner samples/s")
-    ax.set(title="throughput", xlabel="minutes")
-    for ax in axes:
-        if ax.get_legend_handles_labels()[0]:  # an empty legend only warns
-            ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig = build_figure(run_dir)
     out = run_dir / "report.png"
     fig.savefig(out, dpi=90)
     plt.close(fig)
     return out
 
 
-def _eval_series(evals: list[dict]) -> dict[str, list[tuple[int, float]]]:
+def build_figure(run_dir: Path) -> Figure:
+    """The report's figure (``write_report`` saves it)."""
+    rows = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
+    evals = _read_jsonl(run_dir / "eval.jsonl")
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    fig.suptitle(_title(run_dir), fontsize=11)
+    a = axes.flat
+    _loss(next(a), rows)
+    _evaluation(next(a), evals)
+    _throughput(next(a), rows)
+    _learning_rate(next(a), rows)
+    _freshness(next(a), rows)
+    _inference(next(a), rows)
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:  # an empty legend only warns
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _title(run_dir: Path) -> str:
+    """The run, and the config it ran: game, net, search, batch."""
+    try:
+        cfg = tomllib.loads((run_dir / "config.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return f"run {run_dir}"
+    net, mcts, tr = cfg.get("net", {}), cfg.get("mcts", {}), cfg.get("trainer", {})
+    return (
+        f"run {run_dir}: {cfg.get('game', '?')}, net {net.get('blocks', '?')}x"
+        f"{net.get('channels', '?')}, {mcts.get('num_simulations', '?')} simulations/move, "
+        f"batch {tr.get('batch_size', '?')}, lr {tr.get('lr', '?')} "
+        f"(config {run_dir / 'config.toml'})"
+    )
+
+
+def with_gaps(xs: list[float], ys: list[float], times: list[float]) -> tuple[list, list]:
+    """``xs``/``ys`` with a NaN inserted where consecutive ``times`` are far apart (the run was
+    stopped), so that matplotlib breaks the line there."""
+    if len(times) < 3:
+        return xs, ys
+    steps = sorted(b - a for a, b in zip(times, times[1:]))
+    typical = max(steps[len(steps) // 2], 1e-9)
+    out_x, out_y = [xs[0]], [ys[0]]
+    for i in range(1, len(xs)):
+        if times[i] - times[i - 1] > GAP_FACTOR * typical:
+            out_x.append(math.nan)
+            out_y.append(math.nan)
+        out_x.append(xs[i])
+        out_y.append(ys[i])
+    return out_x, out_y
+
+
+def _series(rows: list[dict[str, Any]], key: str, x: str = "step") -> tuple[list, list]:
+    have = [r for r in rows if isinstance(r.get(key), (int, float)) and x in r]
+    return with_gaps(
+        [r[x] for r in have], [float(r[key]) for r in have], [r.get("time", 0.0) for r in have]
+    )
+
+
+def _loss(ax: Any, rows: list[dict[str, Any]]) -> None:
+    for key, label in (
+        ("loss", "total"),
+        ("policy_loss", "policy (cross-entropy)"),
+        ("value_loss", "value (MSE)"),
+    ):
+        xs, ys = _series(rows, key)
+        if xs:
+            ax.plot(xs, ys, label=label)
+    ax.set(title="training loss", xlabel="learner step", ylabel="loss (nats / squared error)")
+
+
+def eval_series(evals: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """Evaluation curves: fractions in [0, 1] per learner step."""
     series: dict[str, list[tuple[int, float]]] = {}
 
     def add(name: str, step: int, value: float) -> None:
@@ -65,16 +125,81 @@ def _eval_series(evals: list[dict]) -> dict[str, list[tuple[int, float]]]:
     for e in evals:
         step = e["step"]
         if "tictactoe" in e:
-            add("ttt policy optimal", step, e["tictactoe"]["policy_optimal"])
+            add("policy: optimal moves", step, e["tictactoe"]["policy_optimal"])
             if "mcts_optimal" in e["tictactoe"]:
-                add("ttt MCTS optimal", step, e["tictactoe"]["mcts_optimal"])
+                add("MCTS: optimal moves", step, e["tictactoe"]["mcts_optimal"])
         if "connect4" in e:
-            add("c4 policy mistakes", step, e["connect4"]["policy"]["overall"])
+            add("policy: mistakes", step, e["connect4"]["policy"]["overall"])
             if "mcts" in e["connect4"]:
-                add("c4 MCTS mistakes", step, e["connect4"]["mcts"]["overall"])
-        for key in ("vs_random", "vs_previous"):
-            if key in e:
-                r = e[key]
-                n = max(1, r["win"] + r["draw"] + r["loss"])
-                add(f"{key} score", step, (r["win"] + 0.5 * r["draw"]) / n)
+                add("MCTS: mistakes", step, e["connect4"]["mcts"]["overall"])
+        # Only against random play: against an earlier checkpoint of the same run the
+        # matches of a deterministic game repeat the same few games (a constant line).
+        if "vs_random" in e:
+            r = e["vs_random"]
+            n = max(1, r["win"] + r["draw"] + r["loss"])
+            add("score vs random (win 1, draw 1/2)", step, (r["win"] + 0.5 * r["draw"]) / n)
     return series
+
+
+def _evaluation(ax: Any, evals: list[dict[str, Any]]) -> None:
+    values: list[float] = []
+    for label, pts in eval_series(evals).items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        values += [p[1] for p in pts]
+    if values:  # scaled to the data: 0.97 against 0.99 must not look flat
+        lo, hi = min(values), max(values)
+        pad = max((hi - lo) * 0.1, 0.005)
+        ax.set_ylim(max(0.0, lo - pad), min(1.0, hi + pad) if hi <= 1 else hi + pad)
+    ax.set(title="evaluation", xlabel="learner step", ylabel="fraction of positions / score")
+
+
+def _throughput(ax: Any, rows: list[dict[str, Any]]) -> None:
+    timed = [r for r in rows if "time" in r and "positions" in r]
+    if len(timed) > 1:
+        t0 = timed[0]["time"]
+        ts = [(r["time"] - t0) / 60 for r in timed]
+        times = [r["time"] for r in timed]
+        rate = [math.nan] + [
+            (b["positions"] - a["positions"]) / max(b["time"] - a["time"], 1e-9)
+            for a, b in zip(timed, timed[1:])
+        ]
+        ax.plot(*with_gaps(ts, rate, times), label="self-play positions/s")
+        samples = [float(r.get("sample_rate", math.nan)) for r in timed]
+        ax.plot(*with_gaps(ts, samples, times), label="learner samples/s")
+    ax.set(title="throughput", xlabel="minutes since the run began", ylabel="per second")
+
+
+def _learning_rate(ax: Any, rows: list[dict[str, Any]]) -> None:
+    xs, ys = _series(rows, "lr")
+    if xs:
+        ax.plot(xs, ys, label="learning rate")
+    ax.set(title="learning rate", xlabel="learner step", ylabel="learning rate (per step)")
+
+
+def _freshness(ax: Any, rows: list[dict[str, Any]]) -> None:
+    for key, label in (
+        ("mean_lag", "policy lag (versions behind)"),
+        ("reuse", "reuse (samples per position)"),
+    ):
+        xs, ys = _series(rows, key)
+        if xs:
+            ax.plot(xs, ys, label=label)
+    ax.set(title="freshness of training data", xlabel="learner step", ylabel="versions / samples")
+
+
+def _inference(ax: Any, rows: list[dict[str, Any]]) -> None:
+    xs, ys = _series(rows, "server_batch")
+    if xs:
+        ax.plot(xs, ys, color="tab:blue", label="mean batch (rows)")
+    ax.set(title="inference server and learner", xlabel="learner step", ylabel="rows per batch")
+    busy = ax.twinx()
+    for key, label, color in (
+        ("inference_busy", "inference busy", "tab:red"),
+        ("learner_busy", "learner busy", "tab:green"),
+    ):
+        bx, by = _series(rows, key)
+        if bx:
+            busy.plot(bx, by, color=color, linestyle="--", label=label)
+    busy.set(ylabel="busy fraction (0-1)", ylim=(0, 1.05))
+    if busy.get_legend_handles_labels()[0]:
+        busy.legend(fontsize=8, loc="lower right")

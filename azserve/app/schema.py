@@ -52,8 +52,9 @@ class EvalConfig:
     """Games per match (against random and against an earlier version), colours alternating."""
     match_sims: int = 25
     """MCTS simulations per move in matches."""
-    c4_positions: str = "../shared/data/connect4/move_scores.tsv"
-    """Connect Four benchmark positions (relative paths are from the repository root)."""
+    c4_positions: str = "data/connect4/move_scores.tsv"
+    """Connect Four benchmark positions (a relative path is tried from the working directory,
+    then the repository root, then the copy shipped in the package)."""
     c4_limit: int = 0
     """Score only the first N benchmark positions (0 = all)."""
 

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from actors.main import SUMMARY_TAG
+from azserve.app.display import Display, Row, bar, human, pct, sig
 from azserve.app.schema import Config, replace, save_config
 from azserve.app.supervisor import Child, azserve_argv, child_env
+from azserve.auth import AuthConfig
 from azserve.errors import AzserveError
 from azserve.metrics import RateMeter
 from azserve.sync_client import SyncClient
@@ -30,6 +32,9 @@ from learner.checkpoint import latest_checkpoint, list_checkpoints, load_checkpo
 from learner.runlog import read_metrics
 
 log = logging.getLogger("azserve.app.train")
+
+CONFIG_ERROR_EXIT = 2
+"""The CLI's exit code for a config error (``azserve.app.cli``): never worth a restart."""
 
 
 @dataclass
@@ -41,6 +46,7 @@ class Snapshot:
     version: int = 0
     games: int = 0
     positions: int = 0
+    moves: int = 0
     loss: float = float("nan")
     reuse: float = 0.0
     lag: float = 0.0
@@ -90,17 +96,38 @@ class Training:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool, progress: bool) -> None:
         self.run_dir = run_dir
         self.sock_dir = Path(tempfile.mkdtemp(prefix="azserve-"))
-        self.cfg = resolve_for_run(cfg, self.sock_dir)
+        self.cfg = self._resolve(cfg)
         self.resume = resume
         self.progress = progress and sys.stdout.isatty()
+        self.display = Display(live=self.progress)
         self.children: list[Child] = []
         self.t0 = time.monotonic()
+        self.started = time.time()
         self.snap = Snapshot()
         self._rates = RateMeter()
         self._stop_reason = ""
         self._eval_thread: threading.Thread | None = None
         self._evaluated: set[Path] = set()
-        self._server_rows = 0.0
+        self._server_rows: dict[str, float] = {}
+        self._tb: Any = None
+        self._tb_lock = threading.Lock()
+        self._server_status: dict[str, dict[str, Any]] = {}
+
+    def _resolve(self, cfg: Config) -> Config:
+        """The config the supervisor works from (the learner's, where roles differ)."""
+        return resolve_for_run(cfg, self.sock_dir)
+
+    def _servers(self) -> list[tuple[str, str]]:
+        """(child name, endpoint) of every inference server, for the status table."""
+        return [("server", self.cfg.server.bind)]
+
+    def _status_auth(self) -> AuthConfig | None:
+        """The keys the supervisor's status queries use (None: the servers are local)."""
+        return None
+
+    def _extra_rows(self) -> list[Row]:
+        """More rows for the status display (per server and per host in a cluster run)."""
+        return []
 
     # --- children ------------------------------------------------------------------------------
 
@@ -154,10 +181,13 @@ class Training:
         # server first (actors wait for it), then the learner, then the actors
         for child in self.children:
             child.start()
-        print(
-            f"azserve train: {self.cfg.game}, run dir {self.run_dir}, logs in {self.run_dir / 'logs'}",
-            flush=True,
+        self.t0 = time.monotonic()  # the budget counts from here, not from placing processes
+        self.display.start()
+        self.display.note(
+            f"azserve train: {self.cfg.game}, run dir {self.run_dir}, logs in {self.run_dir / 'logs'}"
         )
+        if self.resume:
+            self._say_resumed()
         interrupted = False
         previous = signal.signal(
             signal.SIGINT, lambda *_: self._request_stop("interrupted (Ctrl-C)")
@@ -167,16 +197,20 @@ class Training:
         try:
             code = self._supervise()
         finally:
+            self.display.note(f"stopping ({self._stop_reason or 'error'})...")
             # Handlers stay until the children are stopped: children run in their own sessions,
             # so a second Ctrl-C that interrupted the shutdown would leave them running.
             self._shutdown()
             signal.signal(signal.SIGINT, previous)
             signal.signal(signal.SIGTERM, previous_term)
             interrupted = self._stop_reason.startswith("interrupted")
+            self.display.close()  # its last frame stays above what follows
         self._final_eval()
+        if self._tb is not None:
+            self._tb.close()
         self._report()
-        print(self.write_summary(), flush=True)
-        print(f"stopped: {self._stop_reason}; outputs in {self.run_dir}", flush=True)
+        self.display.note(self.write_summary())
+        self.display.note(f"stopped: {self._stop_reason}; outputs in {self.run_dir}")
         return 130 if interrupted and code == 0 else code
 
     def write_summary(self) -> str:
@@ -204,6 +238,7 @@ class Training:
             json.dumps(
                 {
                     "stop_reason": self._stop_reason,
+                    "started": self.started,
                     "games_finished": finished,
                     "games_stored": last.get("games", 0),
                     "games_abandoned": abandoned,
@@ -221,6 +256,20 @@ class Training:
             f"{last.get('duplicates_dropped', 0)} duplicates dropped; "
             f"restarts: {restarts or 'none'}"
         )
+
+    def _say_resumed(self) -> None:
+        path = latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir)
+        if path is None:
+            self.display.note(
+                f"resumed {self.run_dir}: no checkpoint yet, the learner starts fresh"
+            )
+            return
+        try:
+            meta = load_checkpoint(path).meta
+        except AzserveError as exc:  # the learner sets an unreadable one aside and says so
+            self.display.note(f"resuming {self.run_dir}: newest checkpoint unreadable ({exc})")
+            return
+        self.display.note(f"resumed from step {meta.step}, version {meta.version} ({path.name})")
 
     def _metrics_exist(self) -> bool:
         return (self.run_dir / "metrics.jsonl").exists()
@@ -256,6 +305,9 @@ class Training:
                     file=sys.stderr,
                     flush=True,
                 )
+                if code == CONFIG_ERROR_EXIT:  # the same config would fail the same way
+                    self._request_stop(f"{child.name}: config error (exit {code})")
+                    return 1
                 if t.restart_children and child.restarts < t.max_restarts:
                     child.restarts += 1
                     log.warning("restarting %s (%d/%d)", child.name, child.restarts, t.max_restarts)
@@ -293,8 +345,9 @@ class Training:
         learner = by_name.get("learner")
         if learner is not None and learner.poll() is None:
             learner.stop(timeout=120, sig=signal.SIGINT)
-        if "server" in by_name:
-            by_name["server"].stop(timeout=20)
+        for c in self.children:
+            if c.name.startswith("server"):
+                c.stop(timeout=20)
         if self._eval_thread is not None:
             self._eval_thread.join()
 
@@ -310,6 +363,7 @@ class Training:
                 r = rows[-1]
                 s.step, s.version = int(r.get("step", 0)), int(r.get("version", 0))
                 s.games, s.positions = int(r.get("games", 0)), int(r.get("positions", 0))
+                s.moves = int(r.get("moves", s.positions))
                 s.loss, s.reuse, s.lag = (
                     r.get("loss", s.loss),
                     r.get("reuse", 0.0),
@@ -318,18 +372,23 @@ class Training:
                 s.learner_busy = r.get("learner_busy", 0.0)
                 s.inference_busy = r.get("inference_busy", 0.0)
                 s.bottleneck = r.get("bottleneck", s.bottleneck)
-        try:
-            with SyncClient(self.cfg.server.bind, self.cfg.server.model, timeout_s=1.0) as c:
-                st = c.status()
-        except AzserveError:
-            return
-        self._server_rows = st["rows"]
-        s.mean_batch = st["mean_batch"]
+        for name, endpoint in self._servers():
+            try:
+                with SyncClient(
+                    endpoint, self.cfg.server.model, timeout_s=1.0, auth=self._status_auth()
+                ) as c:
+                    self._server_status[name] = c.status()
+            except AzserveError:
+                continue
+            self._server_rows[name] = self._server_status[name]["rows"]
+        batches = [st["mean_batch"] for st in self._server_status.values()]
+        if batches:
+            s.mean_batch = sum(batches) / len(batches)
 
     def _update_rates(self, now: float) -> None:
         """Rates over the last status interval."""
         s = self.snap
-        s.rows_per_s = self._rates.rate("rows", self._server_rows, now)
+        s.rows_per_s = self._rates.rate("rows", sum(self._server_rows.values()), now)
         s.positions_per_s = self._rates.rate("positions", s.positions, now)
         s.steps_per_s = self._rates.rate("steps", s.step, now)
 
@@ -337,23 +396,37 @@ class Training:
         s, t = self.snap, self.cfg.train
         budget = ""
         if t.minutes:
-            budget = f"{min(1.0, s.elapsed_s / (t.minutes * 60)):4.0%} of {t.minutes:g} min"
+            budget = f"{pct(min(1.0, s.elapsed_s / (t.minutes * 60)))} of {t.minutes:g} min"
         elif t.steps:
-            budget = f"{min(1.0, s.step / t.steps):4.0%} of {t.steps} steps"
+            budget = f"{pct(min(1.0, s.step / t.steps))} of {human(t.steps)} steps"
         elif t.games:
-            budget = f"{min(1.0, s.games / t.games):4.0%} of {t.games} games"
-        lines = [
-            f"[{_bar(s, t)}] {budget}  elapsed {s.elapsed_s / 60:5.1f} min",
-            f"  games {s.games:>8}  positions {s.positions:>9}  step {s.step:>7}  version {s.version:>4}",
-            f"  self-play {s.positions_per_s:8.1f} pos/s   inference {s.rows_per_s:8.0f} rows/s "
-            f"(batch {s.mean_batch:5.1f}, busy {s.inference_busy:4.0%})   learner {s.steps_per_s:5.2f} steps/s (busy {s.learner_busy:4.0%})",
-            f"  loss {s.loss:6.3f}  reuse {s.reuse:5.2f}  policy lag {s.lag:4.2f}  bottleneck: {s.bottleneck}",
-        ]
-        if self.progress:
-            sys.stdout.write("\x1b[2K" + "\n\x1b[2K".join(lines) + f"\x1b[{len(lines) - 1}A\r")
-        else:
-            sys.stdout.write("\n".join(lines) + "\n")
-        sys.stdout.flush()
+            budget = f"{pct(min(1.0, s.games / t.games))} of {human(t.games)} games"
+        self.display.update(
+            [
+                Row("progress", f"{bar(_fraction(s, t))} {budget}  {s.elapsed_s / 60:.1f} min"),
+                Row(
+                    "run",
+                    f"{human(s.games)} games  {human(s.positions)} positions of "
+                    f"{human(s.moves)} moves  "
+                    f"step {human(s.step)}  version {s.version}",
+                ),
+                Row("self-play", f"{human(s.positions_per_s)} positions/s"),
+                Row(
+                    "inference",
+                    f"{human(s.rows_per_s)} rows/s  batch {s.mean_batch:.1f}  "
+                    f"busy {pct(s.inference_busy)}",
+                ),
+                Row(
+                    "learner",
+                    f"{s.steps_per_s:.2f} steps/s  busy {pct(s.learner_busy)}  loss {s.loss:.3f}",
+                ),
+                Row(
+                    "replay",
+                    f"reuse {s.reuse:.1f}  policy lag {s.lag:.1f}  bottleneck: {s.bottleneck}",
+                ),
+                *self._extra_rows(),
+            ]
+        )
 
     # --- evaluation and report -------------------------------------------------------------------
 
@@ -394,14 +467,28 @@ class Training:
         }
         with (self.run_dir / "eval.jsonl").open("a") as f:
             f.write(json.dumps(row) + "\n")
-        log.info("eval of step %d (v%d): %s", meta.step, meta.version, json.dumps(result))
+        self._tb_eval(result, meta.step)
+        log.info("eval of step %d (v%d): %s", meta.step, meta.version, json.dumps(sig(result)))
+
+    def _tb_eval(self, result: dict[str, Any], step: int) -> None:
+        """Evaluation scalars beside the learner's in ``tb/`` (grouped ``eval/``)."""
+        from torch.utils.tensorboard import SummaryWriter
+
+        from azserve.app.evaluate import eval_scalars
+
+        with self._tb_lock:
+            if self._tb is None:
+                self._tb = SummaryWriter(str(self.run_dir / "tb"), filename_suffix=".eval")
+            for tag, value in eval_scalars(result).items():
+                self._tb.add_scalar(tag, value, step)
+            self._tb.flush()
 
     def _final_eval(self) -> None:
         path = latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir)
         if path is None:
             return
         found = list_checkpoints(self.run_dir / self.cfg.checkpoint.dir)
-        print(f"final evaluation of {path.name} ...", flush=True)
+        self.display.note(f"final evaluation of {path.name} ...")
         self._evaluate(path, found[0][1] if len(found) > 1 else None, full=True)
 
     def _report(self) -> None:
@@ -409,22 +496,20 @@ class Training:
 
         try:
             out = write_report(self.run_dir)
-            print(f"report: {out}", flush=True)
+            self.display.note(f"report: {out}")
         except (OSError, ValueError) as exc:
             log.warning("no report: %s", exc)
 
 
-def _bar(s: Snapshot, t: Any, width: int = 24) -> str:
+def _fraction(s: Snapshot, t: Any) -> float:
+    """How much of the budget is spent (0 without one)."""
     if t.minutes:
-        frac = s.elapsed_s / (t.minutes * 60)
-    elif t.steps:
-        frac = s.step / t.steps
-    elif t.games:
-        frac = s.games / t.games
-    else:
-        frac = 0.0
-    n = int(min(1.0, frac) * width)
-    return "#" * n + "." * (width - n)
+        return s.elapsed_s / (t.minutes * 60)
+    if t.steps:
+        return s.step / t.steps
+    if t.games:
+        return s.games / t.games
+    return 0.0
 
 
 def run_training(cfg: Config, run_dir: Path, resume: bool = False, progress: bool = True) -> int:

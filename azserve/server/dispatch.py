@@ -22,12 +22,12 @@ import zmq
 import zmq.asyncio
 
 from azserve import protocol as P
-from azserve.auth import AuthConfig, server_auth
+from azserve.auth import AuthConfig, Gate, peer_key, server_auth
 from azserve.backends.base import Backend
 from azserve.errors import AzserveError, ConfigError, RemoteError, WeightsError
 from azserve.lifecycle import Lifecycle, State
-from azserve.metrics import serve_metrics
 from azserve.model.spec import ModelSpec
+from azserve.prom import start_endpoint
 from azserve.server.config import ServerConfig
 from azserve.server.metrics import ServerMetrics
 from azserve.server.residency import Residency
@@ -71,6 +71,7 @@ class InferenceServer:
             lambda: self.scheduler.queued_rows,
             lambda: self.residency.latest,
             lambda: len(self.residency.resident()),
+            model=cfg.model,
         )
         # socket -> scheduler (eval) / residency (load, pins); each owns its state
         self.scheduler = Scheduler(
@@ -89,7 +90,7 @@ class InferenceServer:
         self._ctx: zmq.asyncio.Context | None = None
         self._sock: zmq.asyncio.Socket | None = None
         self._metrics_server: asyncio.AbstractServer | None = None
-        self._authenticator: Any = None
+        self._authenticator: Gate | None = None
         self.endpoint = cfg.bind
 
     @property
@@ -107,11 +108,18 @@ class InferenceServer:
             "server_id": self.server_id,
             "state": self.state,
             "model": self.cfg.model,
+            # The contract a client needs: what one request may carry and what comes back.
+            "max_batch_size": self.cfg.max_batch_size,
+            "max_queued_rows": self.cfg.max_queued_rows,
+            "obs_shape": list(self.spec.obs_shape),
+            "obs_dtype": self.spec.obs_dtype,
+            "num_actions": self.spec.num_actions,
             "versions": self.residency.registry.snapshot(),
             "queued_rows": self.scheduler.queued_rows,
             "queues": self.scheduler.queue_rows(),
             "paused_s": self.residency.paused_s,
             "backend": self.backend.status(),
+            "auth": self._auth_status(),
             **self.metrics.counters(),
         }
 
@@ -143,7 +151,9 @@ class InferenceServer:
         # Checked by ZeroMQ from the frame header, before the frame is allocated.
         sock.setsockopt(zmq.MAXMSGSIZE, max_bytes)
         try:
-            self._authenticator = server_auth(self._ctx, sock, self.auth, self.cfg.bind)
+            self._authenticator = server_auth(
+                self._ctx, sock, self.auth, self.cfg.bind, monitor=True, on_refused=self._refused
+            )
             sock.bind(self.cfg.bind)
         except (zmq.ZMQError, AzserveError) as exc:
             sock.close()
@@ -160,10 +170,11 @@ class InferenceServer:
         self.lifecycle.spawn(self._recv_loop(), "recv")
         self.lifecycle.spawn(self.scheduler.run(), "schedule")
         self.lifecycle.spawn(self._housekeeping(), "housekeeping")
-        if self.cfg.metrics_port:
-            self._metrics_server = await serve_metrics(
-                self.cfg.metrics_host, self.cfg.metrics_port, self.metrics.registry.render
-            )
+        if self._authenticator is not None:
+            self.lifecycle.spawn(self._authenticator.watch(), "auth")
+        self._metrics_server = await start_endpoint(
+            self.metrics.prom, self.cfg.metrics_host, self.cfg.metrics_port, "server"
+        )
         self.lifecycle.started()
         log.info(
             "serving model %r on %s (latest version %d)",
@@ -208,12 +219,16 @@ class InferenceServer:
     async def _recv_loop(self) -> None:
         assert self._sock is not None
         while True:
-            frames = await self._sock.recv_multipart()
-            self._handle(frames)
+            if self._authenticator is None:
+                self._handle(await self._sock.recv_multipart())
+            else:  # CURVE: uncopied frames keep their sender's public key
+                parts = await self._sock.recv_multipart(copy=False)
+                self._handle([p.bytes for p in parts], peer_key(parts[-1]))
 
-    def _handle(self, frames: list[bytes]) -> None:
+    def _handle(self, frames: list[bytes], peer: str | None = None) -> None:
         """Decode one message and act on it. Never raises for bad input: it becomes an error
-        reply (or, when there is no one to answer, a counted drop)."""
+        reply (or, when there is no one to answer, a counted drop). ``peer``: the sender's
+        public key (z85) under CURVE."""
         if len(frames) < 2:
             self.metrics.dropped.inc()
             return
@@ -226,11 +241,13 @@ class InferenceServer:
             self._send_error(envelope, P.request_id_of(body[0]), "BadRequest", str(exc))
             return
         try:
-            self._dispatch(envelope, msg, arrays)
+            self._dispatch(envelope, msg, arrays, peer)
         except RemoteError as exc:
             self._send_error(envelope, msg.id, exc.type, exc.message)
 
-    def _dispatch(self, envelope: list[bytes], msg: P.Message, arrays: list[np.ndarray]) -> None:
+    def _dispatch(
+        self, envelope: list[bytes], msg: P.Message, arrays: list[np.ndarray], peer: str | None
+    ) -> None:
         # Every request carries ``proto``; replies sent to the server do not (they fail below).
         proto = getattr(msg, "proto", P.PROTOCOL_VERSION)
         if proto != P.PROTOCOL_VERSION:
@@ -250,6 +267,7 @@ class InferenceServer:
         elif isinstance(msg, P.StatusRequest):
             self._send(envelope, P.StatusReply(id=msg.id, status=self.status()))
         elif isinstance(msg, P.LoadWeights):
+            self._check_loader(peer)
             self._on_load(envelope, msg, arrays)
         else:
             raise RemoteError(
@@ -280,10 +298,39 @@ class InferenceServer:
             raise RemoteError(
                 "TooManyRows", f"{rows} rows; a request carries 1..{self.cfg.max_batch_size}"
             )
+        # Planes are 0/1: anything else (or NaN, which would come back as NaN) is a client bug.
+        if obs.dtype == np.uint8 and obs.max() > 1:
+            raise RemoteError("BadValue", f"uint8 obs must be 0 or 1, got {int(obs.max())}")
+        if obs.dtype == np.float32 and not np.isfinite(obs).all():
+            raise RemoteError("BadValue", "float32 obs must be finite (NaN or inf received)")
         if not self.lifecycle.running:
             raise RemoteError("ServerClosed", "server is shutting down")
         version = self.residency.resolve(msg.version)
         self.scheduler.submit(envelope, msg.id, version, obs)
+
+    # --- auth ----------------------------------------------------------------------------------
+
+    def _check_loader(self, peer: str | None) -> None:
+        """Under CURVE, weights are taken from the learner's key only."""
+        gate = self._authenticator
+        if gate is None or peer == gate.learner:
+            return
+        self.metrics.loads_refused.inc()
+        raise RemoteError(
+            "Unauthorized",
+            f"load refused: key {peer} is not the learner's (auth.learner_public_key)",
+        )
+
+    def _refused(self, reason: str) -> None:
+        self.metrics.auth_refused.inc()
+
+    def _auth_status(self) -> dict[str, Any]:
+        gate = self._authenticator
+        return {
+            "curve": gate is not None,
+            "loads_refused": int(self.metrics.loads_refused.value),
+            **(gate.status() if gate is not None else {}),
+        }
 
     # --- weights -------------------------------------------------------------------------------
 
@@ -350,5 +397,5 @@ class InferenceServer:
         self._sock.send_multipart(envelope + P.encode(msg, arrays), copy=False)
 
     def _send_error(self, envelope: list[bytes], rid: int | None, type_: str, message: str) -> None:
-        self.metrics.errors.inc()
+        self.metrics.error(type_)
         self._send(envelope, P.ErrorReply(id=rid, type=type_, message=message))

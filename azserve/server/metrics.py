@@ -7,11 +7,47 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from azserve.metrics import RateMeter, Registry
+from prometheus_client import Counter, Gauge, Histogram
+
+from azserve.metrics import Counter as Tally
+from azserve.metrics import Histogram as Histogram_
+from azserve.metrics import LatencyWindow, RateMeter
+from azserve.prom import SECONDS, LoopHistogram, LoopHistograms, render, role_registry
+
+BATCH_BOUNDS: list[float] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+"""Rows-per-batch buckets."""
+
+
+class _Count:
+    """A counter read by the status reply (``value``) and exported to Prometheus."""
+
+    def __init__(self, prom: Any) -> None:
+        self.value = 0.0
+        self._prom = prom
+
+    def inc(self, n: float = 1.0) -> None:
+        self.value += n
+        self._prom.inc(n)
+
+
+class _Latency:
+    """Recent-window percentiles in ms (the status reply) and a Prometheus histogram in s."""
+
+    def __init__(self, window: LatencyWindow, prom: LoopHistogram) -> None:
+        self._window = window
+        self._prom = prom
+
+    def observe(self, ms: float) -> None:
+        self._window.observe(ms)
+        self._prom.observe(ms / 1e3)
+
+    def percentiles(self, qs: tuple[float, ...] = (50, 90, 99)) -> dict[float, float]:
+        return self._window.percentiles(qs)
 
 
 class ServerMetrics:
-    """Always-on server metrics, exported as Prometheus text by ``registry.render()``.
+    """Always-on server metrics: the ``status`` reply's counters and percentiles, and the
+    Prometheus registry (``prom``, exported by ``render()``) with the same counts.
 
     ``queued_rows``, ``latest`` and ``resident`` are read at render time from the server.
     """
@@ -21,29 +57,66 @@ class ServerMetrics:
         queued_rows: Callable[[], float],
         latest: Callable[[], float],
         resident: Callable[[], float],
+        model: str = "default",
     ) -> None:
-        r = self.registry = Registry()
-        self.requests = r.counter("azserve_requests_total", "Eval requests served")
-        self.rows = r.counter("azserve_rows_total", "Positions evaluated")
-        self.batches = r.counter("azserve_batches_total", "Batches run")
-        self.errors = r.counter("azserve_error_replies_total", "Error replies sent")
-        self.dropped = r.counter("azserve_dropped_total", "Messages dropped (unattributable)")
-        self.busy = r.counter(
-            "azserve_compute_busy_seconds_total", "Seconds with a batch computing"
+        self.prom = reg = role_registry("server")
+        m = {"model": model}
+
+        def count(name: str, doc: str) -> _Count:
+            return _Count(Counter(name, doc, ["model"], registry=reg).labels(**m))
+
+        # Observed per request on the loop: lock-free histograms, collected at scrape time.
+        histograms = LoopHistograms()
+        reg.register(histograms)
+
+        def seconds(name: str, doc: str) -> _Latency:
+            hist = LoopHistogram(SECONDS)
+            histograms.add(name, doc, m, hist)
+            return _Latency(LatencyWindow(name, doc), hist)
+
+        self.requests = count("azserve_requests", "Eval requests served")
+        self.rows = count("azserve_rows", "Positions evaluated")
+        self.batches = count("azserve_batches", "Batches run")
+        self.dropped = count("azserve_dropped", "Messages dropped (unattributable)")
+        self.busy = count("azserve_compute_busy_seconds", "Seconds with a batch computing")
+        self.swaps = count("azserve_weight_loads", "Weight versions loaded")
+        self.auth_refused = count(
+            "azserve_auth_refused", "CURVE handshakes refused (no CURVE, bad or unknown key)"
         )
-        self.swaps = r.counter("azserve_weight_loads_total", "Weight versions loaded")
-        self.batch = r.histogram(
-            "azserve_batch_size", "Rows per batch", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+        self.loads_refused = count(
+            "azserve_loads_refused", "Weight loads refused: not from the learner's key"
         )
-        self.queue_delay = r.latency("azserve_queue_delay_ms", "Time from receipt to batch start")
-        self.compute = r.latency("azserve_compute_ms", "Backend time per batch")
-        self.latency = r.latency("azserve_latency_ms", "Time from receipt to reply")
-        r.gauge("azserve_queued_rows", "Rows waiting in batch queues", queued_rows)
-        r.gauge("azserve_latest_version", "Latest weights version", latest)
-        r.gauge("azserve_versions_resident", "Versions held", resident)
+        self.errors = Tally("azserve_error_replies", "")  # the status reply's total; see error()
+        self._errors = Counter(
+            "azserve_error_replies", "Error replies sent, by wire error type", ["model", "type"],
+            registry=reg,
+        )  # fmt: skip
+        self._model = model
+        self.batch = Histogram_("azserve_batch_size", "", BATCH_BOUNDS)
+        self._batch_prom = Histogram(
+            "azserve_batch_size", "Rows per batch", ["model"], buckets=BATCH_BOUNDS, registry=reg
+        ).labels(**m)
+        self.queue_delay = seconds("azserve_queue_delay_seconds", "Receipt to batch start")
+        self.compute = seconds("azserve_compute_seconds", "Backend time per batch")
+        self.latency = seconds("azserve_latency_seconds", "Receipt to reply, per request")
+        for name, doc, read in (
+            ("azserve_queued_rows", "Rows waiting in batch queues", queued_rows),
+            ("azserve_latest_version", "Latest weights version", latest),
+            ("azserve_versions_resident", "Versions held", resident),
+        ):
+            Gauge(name, doc, ["model"], registry=reg).labels(**m).set_function(read)
         self._rates = RateMeter()
         self._busy_since: float | None = None
         self._computing = 0
+
+    def error(self, type_: str) -> None:
+        """An error reply of wire type ``type_`` was sent (wire types are a fixed set)."""
+        self.errors.inc()
+        self._errors.labels(model=self._model, type=type_).inc()
+
+    def render(self) -> str:
+        """The Prometheus text of every server metric."""
+        return render(self.prom)
 
     def mark_busy(self, delta: int, now: float) -> None:
         """A batch started (+1) or finished (-1): busy time is time with any batch computing."""
@@ -63,6 +136,7 @@ class ServerMetrics:
         self.compute.observe(compute_s * 1e3)
         self.batches.inc()
         self.batch.observe(rows)
+        self._batch_prom.observe(rows)
         self.rows.inc(rows)
         self.requests.inc(requests)
 

@@ -9,7 +9,8 @@ measured:
   (busy seconds / wall seconds);
 - the actors' status lines (``actors.status_interval_s`` is set to 1 s, less for short runs)
   written inside the window: games/s, simulations/s, event-loop lag; positions/s = simulations/s
-  / ``mcts.num_simulations`` (one search per move);
+  / ``mcts.mean_simulations`` (one search per move: moves/s; with playout caps only
+  ``mcts.full_search_fraction`` of them are recorded);
 - the CPU time of the server and actor processes (``/proc``).
 
 Then each side's capacity is measured alone, and converted to self-play positions/s:
@@ -19,7 +20,7 @@ Then each side's capacity is measured alone, and converted to self-play position
 - inference: the model's own rows/s at the batch sizes the server formed, / evaluations per
   position;
 - learner: trainer samples/s at ``trainer.batch_size``, / ``replay.reuse_target`` (each position
-  is trained that many times).
+  is trained that many times), / ``mcts.full_search_fraction`` (moves per recorded position).
 
 The ``bottleneck`` is the side with the smallest capacity. ``--sweep sims=25,50,...`` repeats the
 run per ``mcts.num_simulations``.
@@ -226,7 +227,7 @@ def summarize(
         "games_per_s": round(totals["games"], 3),
         # One search per move, one training position per move: a steady rate, where finished
         # games (below) arrive in bursts, games having started together.
-        "positions_per_s": round(totals["sims"] / cfg.mcts.num_simulations, 2),
+        "positions_per_s": round(totals["sims"] / cfg.mcts.mean_simulations, 2),
         "finished_positions_per_s": round(totals["positions"], 2),
         "simulations_per_s": round(totals["sims"], 1),
         "evaluations_per_s": round(win.rows_per_s, 1),
@@ -240,10 +241,10 @@ def summarize(
         },
         "status_lines": sum(len(lines) for lines in per_actor),
         "cpu_cores_used": {k: round(v, 3) for k, v in cpu.items()},
-        # Positions evaluated per position made, the cache's hits included (MCTS's own count).
+        # Positions evaluated per move searched, the cache's hits included (MCTS's own count).
         "cache": cache_window(
             actor_logs,
-            totals["evals"] / (totals["sims"] / cfg.mcts.num_simulations)
+            totals["evals"] / (totals["sims"] / cfg.mcts.mean_simulations)
             if totals["sims"]
             else 0.0,
         ),
@@ -284,14 +285,14 @@ def verdict(
     could be read (it includes the client, the real priors and the game bookkeeping that the
     zero-cost bench leaves out), else ``sims_per_core`` from ``actors.bench_mcts``."""
     pos = point["positions_per_s"]
-    sims_per_pos = cfg.mcts.num_simulations  # one search per position
+    sims_per_pos = cfg.mcts.mean_simulations  # one search per move
     evals_per_pos = point["evaluations_per_s"] / pos if pos else cfg.mcts.num_simulations
     actor_cpu = point["cpu_cores_used"].get("actors")
     in_run = point["simulations_per_s"] / actor_cpu * cfg.actors.processes if actor_cpu else 0.0
     capacity = {
         "actor": (in_run or sims_per_core * cfg.actors.processes) / sims_per_pos,
         "inference": model_rate / evals_per_pos,
-        "learner": learner_samples / cfg.replay.reuse_target,
+        "learner": learner_samples / cfg.replay.reuse_target / cfg.mcts.full_search_fraction,
     }
     # One flow through every side: each side's busy fraction is least capacity / its capacity.
     least = min(capacity.values())

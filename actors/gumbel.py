@@ -1,0 +1,336 @@
+"""Gumbel AlphaZero search (Danihelka et al., "Policy improvement by planning with Gumbel", 2022).
+
+At the root: Gumbel-top-k sampling of actions without replacement, sequential halving over them
+(the visit schedule of DeepMind's mctx, ``seq_halving.py``), and as the result the action with
+the highest ``g + logits + sigma(completed Q)`` among the most visited; the policy target is
+``softmax(logits + sigma(completed Q))`` over all legal actions. Below the root the selection is
+deterministic: argmax of ``softmax(logits + sigma(completed Q)) - n / (1 + sum n)``. The
+completed-Q transform is mctx's ``qtransform_completed_by_mix_value`` (unvisited actions take
+the mixed value, Q is rescaled to [0, 1], then multiplied by ``(c_visit + max n) * c_scale``).
+
+Like the PUCT search (``actors/mcts.py``) it is pure and awaits only the injected
+``evaluate(obs) -> (logits, value)``; it shares that module's node layout and sign convention
+(``w[i]`` for the side to move at the node owning the edge), so ``advance`` reuses subtrees the
+same way. It evaluates one leaf at a time (``leaves_in_flight`` is a PUCT knob): the schedule is
+sequential, and self-play batches across games anyway.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from math import exp, log
+
+import numpy as np
+
+from actors.games.base import Game, State
+from actors.mcts import Evaluate, MCTSConfig, SearchResult, _backup, _masked_softmax, _Node
+
+_LOW_LOGIT = -1e9
+"""mctx's floor for ``g + logits + sigma`` (keeps an only-considered action selectable)."""
+_TINY = 1e-30
+"""Floor of a prior before its log, and of prior mass in the mixed value (mctx: finfo.tiny)."""
+_EPSILON = 1e-8
+"""Least denominator of the [0, 1] rescaling of Q (mctx's epsilon)."""
+
+
+def considered_visits(num_considered: int, num_simulations: int) -> tuple[int, ...]:
+    """The sequential-halving schedule: for simulation ``t``, the visit count that the root
+    action chosen at ``t`` has before it (mctx's ``get_sequence_of_considered_visits``).
+
+    Each phase gives every one of the ``num_considered`` remaining actions
+    ``max(1, n // (ceil(log2 k) * num_considered))`` more visits, then halves them (never
+    below 2). With ``num_considered <= 1`` the one action is visited every time.
+    """
+    if num_considered <= 1:
+        return tuple(range(num_simulations))
+    log2max = math.ceil(math.log2(num_considered))
+    sequence: list[int] = []
+    visits = [0] * num_considered
+    considered = num_considered
+    while len(sequence) < num_simulations:
+        extra = max(1, int(num_simulations / (log2max * considered)))
+        for _ in range(extra):
+            sequence.extend(visits[:considered])
+            for i in range(considered):
+                visits[i] += 1
+        considered = max(2, considered // 2)
+    return tuple(sequence[:num_simulations])
+
+
+def completed_q(
+    raw_value: float,
+    prior: list[float],
+    n: list[int],
+    w: list[float],
+    c_visit: float,
+    c_scale: float,
+) -> list[float]:
+    """sigma(completed Q) of one node's children, aligned with them.
+
+    Args:
+        raw_value: the network's value of the node, for its side to move.
+        prior: the node's priors over its legal actions (sum 1).
+        n: visit counts of those actions.
+        w: their value sums, for the node's side to move.
+        c_visit, c_scale: ``sigma(q) = (c_visit + max n) * c_scale * q``.
+
+    An unvisited action's Q is the mixed value ``(raw_value + sum n * sum_visited p q / sum_visited
+    p) / (1 + sum n)``; the completed Qs are rescaled to [0, 1] by their min and max first.
+    """
+    # One pass, no generators: this runs at every node of every simulation.
+    total = top = 0
+    mass = weighted = 0.0
+    q: list[float | None] = []
+    for p, ni, wi in zip(prior, n, w, strict=True):
+        if ni:
+            qi = wi / ni
+            pm = p if p > _TINY else _TINY
+            total += ni
+            mass += pm
+            weighted += pm * qi
+            if ni > top:
+                top = ni
+            q.append(qi)
+        else:
+            q.append(None)
+    mixed = (raw_value + total * weighted / mass) / (total + 1) if total else raw_value
+    done = [mixed if x is None else x for x in q]
+    lo, hi = min(done), max(done)
+    span = hi - lo
+    scale = (c_visit + top) * c_scale / (span if span > _EPSILON else _EPSILON)
+    return [(x - lo) * scale for x in done]
+
+
+def _softmax(x: list[float]) -> list[float]:
+    top = max(x)
+    e = [exp(v - top) for v in x]
+    s = sum(e)
+    return [v / s for v in e]
+
+
+def _logits(prior: list[float]) -> list[float]:
+    """Log-priors: the masked, normalised logits (softmax(logits) == prior)."""
+    return [log(max(p, _TINY)) for p in prior]
+
+
+class _GNode(_Node):
+    """A node that also keeps its network value (the mixed value needs it)."""
+
+    __slots__ = ("raw_value",)
+
+    def __init__(self, state: State) -> None:
+        super().__init__(state)
+        self.raw_value = 0.0
+
+
+@dataclass(frozen=True)
+class GumbelResult(SearchResult):
+    """A Gumbel search's result: ``SearchResult``'s fields and what the move choice needs."""
+
+    policy: np.ndarray
+    """float32 [A]: softmax(logits + sigma(completed Q)) over legal actions, the policy target."""
+    scores: np.ndarray
+    """float64 [A]: logits + sigma(completed Q) of the considered actions that received the
+    most visits in this search (the survivors of sequential halving); -inf elsewhere."""
+    gumbel: np.ndarray
+    """float64 [A]: the root's Gumbel noise (0 without noise)."""
+
+
+class GumbelSearch:
+    """The Gumbel search tree of one game, reused from move to move like ``MCTS``'s.
+
+    Args:
+        game: the rules.
+        config: search knobs (``num_simulations``, ``num_sampled_actions``, ``c_visit``,
+            ``c_scale``, the move-choice and resignation keys).
+        rng: source of the Gumbel noise, move sampling and the no-resign draw.
+    """
+
+    def __init__(self, game: Game, config: MCTSConfig, rng: np.random.Generator) -> None:
+        self.game = game
+        self.config = config
+        self.rng = rng
+        self._root: _GNode | None = None
+
+    async def search(
+        self,
+        state: State,
+        evaluate: Evaluate,
+        add_noise: bool,
+        num_simulations: int | None = None,
+    ) -> GumbelResult:
+        """Run ``num_simulations`` (default ``config.num_simulations``) new simulations from
+        ``state``, reusing the tree kept by ``advance`` when its root is ``state``.
+
+        ``add_noise`` draws Gumbel(0, 1) noise at the root (the root noise of this algorithm:
+        the top-k actions are then a sample without replacement from the prior); without it the
+        top-k are the k most likely and the search is deterministic.
+        """
+        game, cfg = self.game, self.config
+        if game.is_terminal(state):
+            raise ValueError(f"search from a terminal position:\n{game.render(state)}")
+        sims = cfg.num_simulations if num_simulations is None else num_simulations
+        root = self._root
+        if root is None or root.state != state:
+            root = self._root = _GNode(state)
+        try:
+            evaluations = 0
+            if root.actions is None:
+                logits, value = await evaluate(game.encode(state))
+                self._expand(root, logits, value)
+                evaluations += 1
+            return await self._halve(root, evaluate, add_noise, sims, evaluations)
+        except BaseException:
+            self._root = None  # a failed search may leave partial statistics: never reuse it
+            raise
+
+    async def _halve(
+        self, root: _GNode, evaluate: Evaluate, add_noise: bool, sims: int, evaluations: int
+    ) -> GumbelResult:
+        """Sequential halving over ``sims`` simulations at expanded ``root``; ``evaluations``
+        counts those made before (the root's own)."""
+        cfg, game = self.config, self.game
+        actions: list[int] = root.actions  # type: ignore[assignment]
+        k = len(actions)
+        logits = _logits(root.p)
+        top = max(logits)
+        logits = [x - top for x in logits]
+        g = self.rng.gumbel(size=k).tolist() if add_noise else [0.0] * k
+        schedule = considered_visits(min(cfg.num_sampled_actions, k), sims)
+        counts = [0] * k  # this search's visits per root action: what the schedule counts
+        for t in range(sims):
+            sigma = completed_q(root.raw_value, root.p, root.n, root.w, cfg.c_visit, cfg.c_scale)
+            want = schedule[t]
+            i, best = -1, -math.inf
+            for j in range(k):
+                if counts[j] == want:
+                    score = max(_LOW_LOGIT, g[j] + logits[j] + sigma[j])
+                    if score > best:
+                        i, best = j, score
+            assert i >= 0, "the schedule always names a considered action"
+            counts[i] += 1
+            evaluations += await self._simulate(root, i, evaluate)
+        sigma = completed_q(root.raw_value, root.p, root.n, root.w, cfg.c_visit, cfg.c_scale)
+        improved = [x + s for x, s in zip(logits, sigma, strict=True)]
+        most = max(counts)
+        policy = np.zeros(game.num_actions, dtype=np.float32)
+        policy[actions] = _softmax(improved)
+        scores = np.full(game.num_actions, -math.inf)
+        noise = np.zeros(game.num_actions)
+        noise[actions] = g
+        for j, a in enumerate(actions):
+            if counts[j] == most:
+                scores[a] = improved[j]
+        visits = np.zeros(game.num_actions, dtype=np.int64)
+        visits[actions] = root.n
+        prior = np.zeros(game.num_actions, dtype=np.float32)
+        prior[actions] = root.p
+        root_value = root.value_sum / root.visits
+        return GumbelResult(visits, root_value, prior, evaluations, policy, scores, noise)
+
+    async def _simulate(self, root: _GNode, first: int, evaluate: Evaluate) -> int:
+        """One simulation through root action ``first``, deterministic selection below;
+        returns the evaluations made (0 at a terminal leaf)."""
+        cfg, game = self.config, self.game
+        node, i = root, first
+        path: list[tuple[_Node, int]] = []
+        while True:
+            node.n[i] += 1
+            node.visits += 1
+            path.append((node, i))
+            child = node.children[i]
+            if child is None:
+                child = node.children[i] = _GNode(game.apply(node.state, node.actions[i]))  # type: ignore[index]
+                if game.is_terminal(child.state):
+                    child.terminal_value = game.terminal_value(child.state)
+                else:
+                    logits, value = await evaluate(game.encode(child.state))
+                    self._expand(child, logits, value)  # type: ignore[arg-type]
+                    _backup(path, float(value), 0.0)
+                    return 1
+            if child.terminal_value is not None:
+                child.visits += 1
+                child.value_sum += child.terminal_value
+                _backup(path, child.terminal_value, 0.0)
+                return 0
+            node = child  # type: ignore[assignment]
+            i = _interior_action(node, cfg.c_visit, cfg.c_scale)  # type: ignore[arg-type]
+
+    def _expand(self, node: _GNode, logits: np.ndarray, value: float) -> None:
+        """Give ``node`` its children (priors from ``logits``) and count its own evaluation."""
+        if logits.shape != (self.game.num_actions,):
+            raise ValueError(
+                f"evaluate returned logits of shape {logits.shape}, "
+                f"expected ({self.game.num_actions},)"
+            )
+        actions = self.game.legal_actions(node.state)
+        k = len(actions)
+        node.actions = actions
+        node.p = _masked_softmax(logits, actions)
+        node.n = [0] * k
+        node.w = [0.0] * k
+        node.children = [None] * k
+        node.visits += 1
+        node.value_sum += float(value)
+        node.raw_value = float(value)
+
+    def advance(self, action: int) -> None:
+        """Play ``action`` at the root: its subtree becomes the root (or the tree is dropped)."""
+        root, self._root = self._root, None
+        if not self.config.reuse_tree or root is None or root.actions is None:
+            return
+        if action in root.actions:
+            child = root.children[root.actions.index(action)]
+            if child is not None and child.actions is not None:
+                self._root = child  # type: ignore[assignment]
+
+    def select_action(self, result: GumbelResult, move_number: int) -> int:
+        """The move to play: among the survivors of sequential halving, the highest
+        ``temperature * g + logits + sigma(completed Q)`` while ``move_number <
+        temperature_moves`` (at temperature 1, mctx's action: a sample guided by the noise),
+        then the highest ``logits + sigma(completed Q)`` (ties to the lowest action)."""
+        cfg = self.config
+        scores = result.scores
+        if move_number < cfg.temperature_moves and cfg.temperature > 0:
+            scores = scores + cfg.temperature * result.gumbel
+        return int(np.argmax(scores))
+
+    @staticmethod
+    def policy_target(result: GumbelResult) -> np.ndarray:
+        """float32 [A]: the improved policy softmax(logits + sigma(completed Q))."""
+        return result.policy
+
+    def sample_resign_allowed(self) -> bool:
+        """Draw, once per game, whether it may resign (False for ``no_resign_fraction``)."""
+        return bool(self.rng.random() >= self.config.no_resign_fraction)
+
+    def should_resign(self, root_value: float, move_number: int, resign_allowed: bool) -> bool:
+        """Whether the side to move, whose root value is ``root_value``, resigns now (the
+        same rule as PUCT's: the root's mean value over its evaluation and simulations)."""
+        cfg = self.config
+        return (
+            resign_allowed
+            and move_number >= cfg.resign_min_moves
+            and root_value < cfg.resign_threshold
+        )
+
+
+def _interior_action(node: _GNode, c_visit: float, c_scale: float) -> int:
+    """Deterministic selection below the root: argmax of the improved policy minus the visit
+    share ``n / (1 + sum n)``, so visit frequencies track softmax(logits + sigma(completed Q)).
+    softmax(log p + sigma) is computed as p * exp(sigma), normalised: no logs needed."""
+    n, p = node.n, node.p
+    denom = 1 + sum(n)
+    if denom == 1:  # nothing visited: sigma is 0 everywhere, the improved policy is the prior
+        return p.index(max(p))
+    sigma = completed_q(node.raw_value, p, n, node.w, c_visit, c_scale)
+    top = max(sigma)
+    e = [pj * exp(sj - top) for pj, sj in zip(p, sigma, strict=True)]
+    z = sum(e)
+    i, best = 0, -math.inf
+    for j, ej in enumerate(e):
+        score = ej / z - n[j] / denom
+        if score > best:
+            i, best = j, score
+    return i

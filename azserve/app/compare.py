@@ -1,0 +1,203 @@
+"""``azserve compare``: an A/B at equal wall time, as one command.
+
+Each candidate config trains for the same minutes, one after another on this machine (never
+side by side: they would share the cores unevenly), each in its own run directory. After each
+run, every checkpoint it kept is scored with MCTS at the eval setting (outside the timed run,
+so scoring takes nothing from training), then all learning curves go into one image,
+``curves.png``, and the figures into ``compare.json``. A candidate whose run directory already
+holds a finished run (``summary.json``) is not trained again, so an interrupted comparison
+continues where it stopped and a finished one can be redrawn.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from azserve.app.curves import CurvePoint, draw_curves, read_run, run_started
+from azserve.app.schema import Config, load_config, replace
+from azserve.errors import AzserveError, ConfigError
+from learner.checkpoint import list_checkpoints, load_checkpoint
+from learner.runlog import read_metrics
+
+log = logging.getLogger("azserve.app.compare")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One config of the comparison."""
+
+    label: str
+    """Its name in the image and the run directory's name."""
+    config: Config
+    """The config, with ``--set`` applied."""
+
+
+def load_candidates(paths: list[str], labels: list[str], overrides: list[str]) -> list[Candidate]:
+    """Candidates from config files (labels default to the files' stems, made unique)."""
+    if labels and len(labels) != len(paths):
+        raise ConfigError(f"--label given {len(labels)} times for {len(paths)} --config files")
+    out: list[Candidate] = []
+    for i, path in enumerate(paths):
+        label = labels[i] if labels else Path(path).stem
+        if any(c.label == label for c in out):
+            label = f"{label}-{i}"
+        cfg = load_config(path, overrides)
+        if out and cfg.game != out[0].config.game:
+            raise ConfigError(f"{path}: plays {cfg.game}, {paths[0]} plays {out[0].config.game}")
+        out.append(Candidate(label, cfg))
+    return out
+
+
+def run_comparison(
+    candidates: list[Candidate],
+    out_dir: Path,
+    minutes: float,
+    keep_every: int | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Train each candidate for ``minutes``, score its kept checkpoints, draw the curves;
+    returns (and writes as ``compare.json``) the figures per candidate. ``keep_every``
+    overrides ``checkpoint.keep_every``: how densely the MCTS curve is sampled."""
+    from azserve.app.train import run_training  # the supervisor pulls in the process tree
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for c in candidates:
+        run_dir = out_dir / c.label
+        cfg = _timed(c.config, minutes, keep_every)
+        if (run_dir / "summary.json").exists():
+            print(f"compare: {c.label}: {run_dir} holds a finished run, not trained again")
+        else:
+            print(f"compare: {c.label}: training for {minutes:g} min in {run_dir}", flush=True)
+            code = run_training(cfg, run_dir, progress=progress)
+            if code == 130:  # Ctrl-C: the later candidates would not get equal time anyway
+                raise AzserveError(f"interrupted during {c.label}; run again to continue")
+            if code != 0:
+                log.warning("%s: training exited with code %d", c.label, code)
+        scored = score_checkpoints(cfg, run_dir)
+        print(f"compare: {c.label}: {scored} checkpoints scored with MCTS", flush=True)
+    runs = {c.label: read_run(out_dir / c.label) for c in candidates}
+    figures = {c.label: summarize(runs[c.label], out_dir / c.label) for c in candidates}
+    (out_dir / "compare.json").write_text(json.dumps(figures, indent=1) + "\n")
+    for label, points in runs.items():
+        if not points:
+            print(f"compare: {label}: no checkpoint was evaluated (too short a run?)")
+    if any(runs.values()):
+        title = f"{candidates[0].config.game}: {minutes:g} min per candidate"
+        image = draw_curves(runs, out_dir / "curves.png", title)
+        print(f"compare: curves in {image}, figures in {out_dir / 'compare.json'}", flush=True)
+    return figures
+
+
+def _timed(cfg: Config, minutes: float, keep_every: int | None) -> Config:
+    """The candidate's config for this comparison: a time budget only, and the checkpoint
+    density asked for."""
+    checkpoint = {} if keep_every is None else {"keep_every": keep_every}
+    return replace(cfg, train={"minutes": minutes, "steps": 0, "games": 0}, checkpoint=checkpoint)
+
+
+def score_checkpoints(cfg: Config, run_dir: Path) -> int:
+    """Score every kept checkpoint of ``run_dir`` not yet scored with MCTS (raw policy and MCTS
+    at ``eval.sims``, no matches), appending rows to ``curve.jsonl``; returns how many."""
+    import torch
+
+    from azserve.app.evaluate import evaluate_checkpoint
+
+    torch.set_num_threads(1)
+    done = {
+        int(r["step"])
+        for name in ("eval.jsonl", "curve.jsonl")
+        for r in _rows(run_dir / name)
+        if r.get("full")
+    }
+    quiet = replace(cfg, eval={"match_games": 0})
+    scored = 0
+    for step, path in list_checkpoints(run_dir / cfg.checkpoint.dir):
+        if step in done:
+            continue
+        meta = load_checkpoint(path).meta
+        t0 = time.monotonic()
+        result = evaluate_checkpoint(quiet, path, full=True)
+        row = {
+            "time": time.time(),
+            "step": meta.step,
+            "version": meta.version,
+            "full": True,
+            "eval_s": time.monotonic() - t0,
+            **result,
+        }
+        with (run_dir / "curve.jsonl").open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        scored += 1
+    return scored
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def summarize(points: list[CurvePoint], run_dir: Path) -> dict[str, Any]:
+    """A run's figures: the last point's mistake rates (and the last MCTS-scored point's),
+    and its throughput from the run's start to the last metrics row."""
+    metrics = (
+        read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
+    )
+    out: dict[str, Any] = {}
+    if metrics:
+        last = metrics[-1]
+        started = run_started(run_dir)
+        seconds = max(last["time"] - (metrics[0]["time"] if started is None else started), 1e-9)
+        positions = int(last.get("positions", 0))
+        moves = int(last.get("moves", positions))
+        out.update(
+            minutes=seconds / 60,
+            learner_steps=int(last.get("step", 0)),
+            games=int(last.get("games", 0)),
+            positions=positions,
+            moves=moves,
+            positions_per_s=positions / seconds,
+            moves_per_s=moves / seconds,
+        )
+    if points:
+        out["policy"] = points[-1].policy
+        out["policy_step"] = points[-1].step
+    scored = [p for p in points if p.mcts]
+    if scored:
+        out["mcts"] = scored[-1].mcts
+        out["mcts_step"] = scored[-1].step
+    return out
+
+
+def format_table(figures: dict[str, dict[str, Any]]) -> str:
+    """The figures as a plain table: one row per candidate, overall rates and throughput."""
+    lines = [
+        f"{'candidate':<24} {'min':>5} {'steps':>7} {'positions':>10} {'moves':>10} "
+        f"{'pos/s':>7} {'policy':>7} {'MCTS':>7}"
+    ]
+    for label, f in figures.items():
+        lines.append(
+            f"{label:<24} {f.get('minutes', 0):5.1f} {f.get('learner_steps', 0):7d} "
+            f"{f.get('positions', 0):10d} {f.get('moves', 0):10d} {f.get('positions_per_s', 0):7.1f} "
+            f"{_pct(f.get('policy'))} {_pct(f.get('mcts'))}"
+        )
+    return "\n".join(lines)
+
+
+def _pct(rates: dict[str, float] | None) -> str:
+    return f"{100 * rates['overall']:6.1f}%" if rates and "overall" in rates else f"{'-':>7}"
+
+
+def run_compare(args: Any) -> int:
+    """The ``azserve compare`` main."""
+    candidates = load_candidates(args.config, args.label or [], args.overrides)
+    figures = run_comparison(
+        candidates, Path(args.run_dir), args.minutes, args.keep_every, not args.no_progress
+    )
+    print(format_table(figures), flush=True)
+    return 0

@@ -1,0 +1,155 @@
+"""Learning curves of several runs in one image: mistake rate per benchmark set against wall
+time and against positions recorded, raw policy and MCTS, one colour per run.
+
+A run directory (``azserve train``'s) holds ``eval.jsonl`` (periodic raw-policy scores and the
+final MCTS one), optionally ``curve.jsonl`` (MCTS scores of kept checkpoints, written after the
+run by ``azserve compare``) and ``metrics.jsonl`` (the learner's rows: time, step, positions,
+moves). An evaluation at learner step ``s`` is placed at the time and positions of the first
+metrics row at or after ``s`` (else the last row): the learner writes a checkpoint on reaching
+its step, so that row is the nearest record of when it was written. Time counts
+from the run's start (``started`` in ``summary.json``), else from its first metrics row.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on these machines
+import matplotlib.pyplot as plt  # noqa: E402
+
+from learner.runlog import read_metrics  # noqa: E402
+
+OVERALL = "overall"
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """One evaluated checkpoint of one run."""
+
+    step: int
+    """Learner step of the checkpoint."""
+    minutes: float
+    """Wall time from the run's start to the checkpoint's step."""
+    positions: int
+    """Positions recorded (trained on) by then."""
+    moves: int
+    """Moves played by then (more than ``positions`` with playout cap randomization)."""
+    policy: dict[str, float]
+    """Raw-policy mistake rate per set, and ``overall`` (tic-tac-toe: one set, ``overall``)."""
+    mcts: dict[str, float] = field(default_factory=dict)
+    """MCTS mistake rate per set at the eval setting; empty when not measured."""
+
+
+def mistake_rates(result: dict[str, Any], label: str) -> dict[str, float]:
+    """Per-set mistake rates of one evaluation row (``evaluate_checkpoint``'s output) for
+    ``label`` ``"policy"`` or ``"mcts"``; empty when that row did not measure it."""
+    if "connect4" in result and label in result["connect4"]:
+        return {k: float(v) for k, v in result["connect4"][label].items()}
+    ttt = result.get("tictactoe", {})
+    key = f"{label}_optimal"
+    return {OVERALL: 1.0 - float(ttt[key])} if key in ttt else {}
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def join_points(
+    evals: list[dict[str, Any]], metrics: list[dict[str, Any]], started: float | None = None
+) -> list[CurvePoint]:
+    """Curve points from evaluation rows and metrics rows, sorted by step; rows of the same
+    step merge (a periodic raw-policy row and a later MCTS row of that checkpoint). Minutes
+    count from ``started`` (Unix time), else from the first metrics row."""
+    rows = sorted((r for r in metrics if "step" in r and "time" in r), key=lambda r: r["step"])
+    if not rows:
+        return []
+    steps = [int(r["step"]) for r in rows]
+    t0 = rows[0]["time"] if started is None else started
+    merged: dict[int, dict[str, dict[str, float]]] = {}
+    for e in evals:
+        m = merged.setdefault(int(e["step"]), {"policy": {}, "mcts": {}})
+        for label in ("policy", "mcts"):
+            m[label].update(mistake_rates(e, label))
+    out = []
+    for step, m in sorted(merged.items()):
+        i = min(bisect.bisect_left(steps, step), len(rows) - 1)
+        r = rows[i]
+        positions = int(r.get("positions", 0))
+        out.append(
+            CurvePoint(
+                step=step,
+                minutes=(r["time"] - t0) / 60,
+                positions=positions,
+                moves=int(r.get("moves", positions)),
+                policy=m["policy"],
+                mcts=m["mcts"],
+            )
+        )
+    return out
+
+
+def read_run(run_dir: str | Path) -> list[CurvePoint]:
+    """The curve points of one ``azserve train`` run directory."""
+    d = Path(run_dir)
+    evals = _read_jsonl(d / "eval.jsonl") + _read_jsonl(d / "curve.jsonl")
+    metrics = read_metrics(d / "metrics.jsonl") if (d / "metrics.jsonl").exists() else []
+    return join_points(evals, metrics, run_started(d))
+
+
+def run_started(run_dir: str | Path) -> float | None:
+    """When the run in ``run_dir`` started (Unix time), if its ``summary.json`` says."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        return None
+    started = json.loads(path.read_text()).get("started")
+    return float(started) if started is not None else None
+
+
+def set_names(runs: dict[str, list[CurvePoint]]) -> list[str]:
+    """The sets measured in any run, ``overall`` first, then in the benchmark's order."""
+    names: list[str] = []
+    for points in runs.values():
+        for p in points:
+            for name in [*p.policy, *p.mcts]:
+                if name not in names:
+                    names.append(name)
+    return sorted(names, key=lambda n: (n != OVERALL, names.index(n)))
+
+
+def draw_curves(runs: dict[str, list[CurvePoint]], out: str | Path, title: str = "") -> Path:
+    """One PNG: a row per set, columns against minutes and against positions; solid lines
+    with dots are MCTS at the eval setting, dashed lines the raw policy."""
+    names = set_names(runs)
+    if not names:
+        raise ValueError("no evaluated checkpoints in any run")
+    fig, axes = plt.subplots(len(names), 2, figsize=(12, 2.6 * len(names)), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for row, name in enumerate(names):
+        for col, (xkey, xlabel) in enumerate((("minutes", "minutes"), ("positions", "positions"))):
+            ax = axes[row][col]
+            for i, (label, points) in enumerate(runs.items()):
+                c = colours[i % len(colours)]
+                for kind, style in (("policy", "--"), ("mcts", "-o")):
+                    xs = [getattr(p, xkey) for p in points if name in getattr(p, kind)]
+                    ys = [getattr(p, kind)[name] for p in points if name in getattr(p, kind)]
+                    if xs:
+                        ax.plot(xs, ys, style, color=c, markersize=3, label=f"{label} {kind}")
+            ax.set(title=f"{name}: mistake rate", xlabel=xlabel, ylim=(-0.01, None))
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(out)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
