@@ -12,6 +12,8 @@ _LAZY = {
     "make_game": "actors.games",
     "MCTS": "actors.mcts",
     "MCTSConfig": "actors.mcts",
+    "CompiledMCTS": "actors.compiled_mcts",
+    "make_mcts": "actors.compiled_mcts",
     "GumbelSearch": "actors.gumbel",
     "make_search": "actors.selfplay",
     "SelfPlay": "actors.selfplay",

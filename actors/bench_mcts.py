@@ -4,10 +4,12 @@
 
 Contenders, each playing whole self-play games move by move:
 
-- ``azserve``: our MCTS with a zero-cost evaluator (uniform logits, value 0), tree reuse and
-  root noise as in self-play; each simulation still encodes its leaf, as the actors must;
+- ``azserve``: the search the actors run (``make_mcts``: the compiled tree where it was built)
+  with a zero-cost evaluator (uniform logits, value 0), tree reuse and root noise as in
+  self-play; each simulation still encodes its leaf, as the actors must;
 - ``azserve_in_flight``: the same with ``--in-flight`` leaves per round (virtual loss,
   ``asyncio.gather``), the actors' batching mode;
+- ``azserve_python``: the pure-Python search (``actors.mcts``, the compiled one's oracle);
 - ``openspiel_python``: ``open_spiel.python.algorithms.mcts.MCTSBot``, one random rollout
   per leaf;
 - ``openspiel_cpp``: ``pyspiel.MCTSBot`` with ``pyspiel.RandomRolloutEvaluator(1)``.
@@ -29,8 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
+from actors.compiled_mcts import make_mcts
 from actors.games import ConnectFour
-from actors.mcts import MCTS, MCTSConfig
+from actors.mcts import MCTSConfig
 
 Step = Callable[[], Awaitable[int]]
 """Plays one move of a contender's current game (starting a new game after the last move)
@@ -40,16 +43,20 @@ and returns the simulations that move took."""
 class _Ours:
     """Self-play with our MCTS and a zero-cost evaluator, one move per ``step``."""
 
-    def __init__(self, simulations: int, in_flight: int, seed: int) -> None:
+    def __init__(self, simulations: int, in_flight: int, seed: int, core: str = "auto") -> None:
         self.game = ConnectFour()
-        self.config = MCTSConfig(num_simulations=simulations, leaves_in_flight=in_flight)
+        self.config = MCTSConfig(
+            num_simulations=simulations,
+            leaves_in_flight=in_flight,
+            core=core,  # type: ignore[arg-type]
+        )
         self.rng = np.random.default_rng(seed)
         self.logits = np.zeros(self.game.num_actions, dtype=np.float32)
         self.evaluations = 0
         self._new_game()
 
     def _new_game(self) -> None:
-        self.mcts = MCTS(self.game, self.config, self.rng)
+        self.mcts = make_mcts(self.game, self.config, self.rng)
         self.state = self.game.initial_state()
         self.move = 0
 
@@ -117,9 +124,15 @@ async def run(seconds: float, simulations: int, in_flight: int, seed: int) -> di
     """Run the contenders in turn for about ``seconds`` of CPU time in all; return the report."""
     ours = _Ours(simulations, 1, seed)
     ours_in_flight = _Ours(simulations, in_flight, seed)
-    steps: dict[str, Step] = {"azserve": ours.step, "azserve_in_flight": ours_in_flight.step}
+    ours_python = _Ours(simulations, 1, seed, core="python")
+    steps: dict[str, Step] = {
+        "azserve": ours.step,
+        "azserve_in_flight": ours_in_flight.step,
+        "azserve_python": ours_python.step,
+    }
     report: dict[str, object] = {
         "game": "connect4",
+        "core": type(ours.mcts).__name__,
         "simulations_per_move": simulations,
         "in_flight": in_flight,
         "python": sys.version.split()[0],
@@ -147,8 +160,9 @@ async def run(seconds: float, simulations: int, in_flight: int, seed: int) -> di
         }
     report["azserve"]["evaluations"] = ours.evaluations
     report["azserve_in_flight"]["evaluations"] = ours_in_flight.evaluations
+    report["azserve_python"]["evaluations"] = ours_python.evaluations
     rate = report["azserve"]["simulations_per_s"]
-    for name in ("openspiel_python", "openspiel_cpp"):
+    for name in ("azserve_python", "openspiel_python", "openspiel_cpp"):
         if "simulations_per_s" in report[name]:
             report[f"azserve_over_{name}"] = round(rate / report[name]["simulations_per_s"], 2)
     return report

@@ -98,7 +98,7 @@ class EvalClient:
         self._ids = itertools.count(1)
         # Leaves of this tick, by (version, position shape, dtype): only alike arrays share a
         # message, so one caller's malformed input cannot break its neighbours' requests.
-        self._tick: TickCoalescer[tuple[int, tuple[int, ...], str], _Leaf] = TickCoalescer(
+        self._tick: TickCoalescer[tuple[int, tuple[int, ...], np.dtype], _Leaf] = TickCoalescer(
             self._flush
         )
         self._inflight: dict[int, _InFlight] = {}
@@ -191,15 +191,19 @@ class EvalClient:
         Returns an awaitable future; the work leaves in this tick's coalesced message."""
         if self.lifecycle.state is not State.RUNNING:
             self.lifecycle.check_running(ServerClosed)
-        if obs.ndim not in (3, 4):
+        ndim = obs.ndim
+        if ndim != 3 and ndim != 4:
             raise ValueError(f"obs must be [C,H,W] or [n,C,H,W], got shape {list(obs.shape)}")
         assert self._loop is not None
         fut: asyncio.Future[Any] = self._loop.create_future()
-        single = obs.ndim == 3
-        self._tick.add((version, obs.shape[-3:], obs.dtype.str), (obs, fut, single))
+        # The key holds the dtype itself: ``dtype.str`` would build a string per call.
+        shape = obs.shape
+        self._tick.add(
+            (version, shape if ndim == 3 else shape[1:], obs.dtype), (obs, fut, ndim == 3)
+        )
         return fut
 
-    def _flush(self, pending: dict[tuple[int, tuple[int, ...], str], list[_Leaf]]) -> None:
+    def _flush(self, pending: dict[tuple[int, tuple[int, ...], np.dtype], list[_Leaf]]) -> None:
         """Send everything queued this tick: one message per version (and position shape and
         dtype), split at ``max_rows``."""
         now = time.monotonic()
@@ -217,18 +221,25 @@ class EvalClient:
                 self._send_chunk(version, chunk, now)
 
     def _send_chunk(self, version: int, chunk: list[_Leaf], now: float) -> None:
-        arrays = [o[None] if single else o for o, _, single in chunk]
-        obs = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-        rid = next(self._ids)
-        frames = P.encode(P.EvalRequest(id=rid, model=self.cfg.model, version=version), [obs])
         futures = []
         row = 0
-        for (_, fut, single), a in zip(chunk, arrays, strict=True):
-            futures.append((fut, row, -1 if single else a.shape[0]))
-            row += a.shape[0]
+        for o, fut, single in chunk:
+            n = 1 if single else o.shape[0]
+            futures.append((fut, row, -1 if single else n))
+            row += n
+        first = chunk[0][0]
+        try:
+            # One copy of every leaf's bytes, no per-leaf arrays: the leaves share dtype and
+            # position shape (the coalescer's key), so their buffers concatenate.
+            joined = b"".join([o for o, _, _ in chunk])  # type: ignore[misc]
+            obs = np.frombuffer(joined, first.dtype).reshape(row, *first.shape[-3:])
+        except (BufferError, TypeError):  # a caller's array that is not C-contiguous
+            obs = np.concatenate([o[None] if single else o for o, _, single in chunk])
+        rid = next(self._ids)
+        frames = P.encode(P.EvalRequest(id=rid, model=self.cfg.model, version=version), [obs])
         self._inflight[rid] = _InFlight(frames, futures, now, now)
         self.stats.messages += 1
-        self.stats.rows += obs.shape[0]
+        self.stats.rows += row
         self._send_frames(frames)
 
     # --- control ops ---------------------------------------------------------------------------
@@ -330,11 +341,13 @@ class EvalClient:
             if len(self.stats.rtt_ms) > 4096:
                 del self.stats.rtt_ms[:2048]
             logits, value = arrays
+            rows = list(logits)  # row views, made in one C loop
+            values = value.tolist()  # the same floats as float(value[row]), made at once
             for fut, row, n in inf.futures:
                 if fut.done():
                     continue
                 if n < 0:
-                    fut.set_result((logits[row], float(value[row])))
+                    fut.set_result((rows[row], values[row]))
                 else:
                     fut.set_result((logits[row : row + n], value[row : row + n]))
             return

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -243,7 +244,8 @@ def test_supervised_run_recovers_from_kill9_of_every_role(tmp_path: Path) -> Non
             proc.wait()
     out = (tmp_path / "train.log").read_text()
     assert "step budget of 150 reached" in out
-    summary = [ln for ln in out.splitlines() if ln.startswith("games:")][-1]
+    # the supervisor's accounting line (timestamped when its output is not a terminal)
+    summary = [ln for ln in out.splitlines() if re.match(r"(\S+ )?games: ", ln)][-1]
     for role in ("server", "learner", "actor-0"):
         assert f"'{role}': 1" in summary, summary
     steps = [int(r["step"]) for r in read_metrics(run_dir / "metrics.jsonl")]

@@ -213,9 +213,9 @@ def test_a_full_disk_is_one_line_and_training_goes_on(
 
     monkeypatch.setattr(learn_mod, "save_checkpoint", flaky)
     try:
-        assert learner._try_checkpoint((0, 0, 0)) is False
-        assert learner._try_checkpoint((0, 0, 0)) is False
-        assert learner._try_checkpoint((0, 0, 0)) is True
+        assert learner._try_checkpoint((0, 0, 0, 0)) is False
+        assert learner._try_checkpoint((0, 0, 0, 0)) is False
+        assert learner._try_checkpoint((0, 0, 0, 0)) is True
     finally:
         learner._pool.shutdown()
         learner.runlog.close()

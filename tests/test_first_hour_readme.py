@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```\s*$", re.M | re.S)
 RUN = {"sh", "python"}
 SHOWN = {"text"}
-LINKED = (".venv", "Makefile", "configs", "data", "tests")
+LINKED = (".venv", "Makefile", "configs", "data", "scripts", "tests")
 BUDGET = (
     "train.steps=3 train.eval_every_s=0 actors.games=16 mcts.num_simulations=4 "
     "replay.min_size=64 trainer.batch_size=32 eval.sims=0 eval.match_games=2 eval.match_sims=2 "

@@ -1,4 +1,5 @@
-"""Compute backends behind one small interface: ``torch`` (embedded default) and ``triton``."""
+"""Compute backends behind one small interface: ``torch`` (embedded default), ``triton`` and
+``synthetic`` (no network: the actor side at full load)."""
 
 from __future__ import annotations
 
@@ -18,4 +19,8 @@ def make_backend(net: NetConfig, cfg: BackendConfig) -> Backend:
         from azserve.backends.triton import TritonBackend
 
         return TritonBackend(net, cfg)
+    if cfg.kind == "synthetic":
+        from azserve.backends.synthetic import SyntheticBackend
+
+        return SyntheticBackend(net, cfg)
     raise ValueError(f"backend.kind: unknown backend {cfg.kind!r}")

@@ -15,8 +15,10 @@ from azserve.errors import ConfigError
 class BackendConfig:
     """Where and how the network runs."""
 
-    kind: Literal["torch", "triton"] = "torch"
-    """Backend: ``torch`` in-process (the embedded default) or a ``triton`` server."""
+    kind: Literal["torch", "triton", "synthetic"] = "torch"
+    """Backend: ``torch`` in-process (the embedded default), a ``triton`` server, or
+    ``synthetic``: priors and values hashed from the positions' bytes, no network, no compute
+    (a stand-in for an accelerator of unlimited speed, to load the actor side on a CPU)."""
     device: str = "auto"
     """torch: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (CUDA when available)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"

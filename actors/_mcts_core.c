@@ -1,0 +1,645 @@
+/* The compiled search tree of actors.compiled_mcts: the same PUCT search as actors/mcts.py
+ * (the pure-Python oracle), operation for operation, on Connect Four and tic-tac-toe bitboards.
+ *
+ * Exactness: every score, softmax and backup is computed with the same IEEE double operations
+ * in the same order as the Python code (built with -ffp-contract=off, so no fused multiply-add),
+ * and exp/sqrt come from the same libm; the tests compare visit counts, values and priors
+ * bit for bit against actors.mcts.MCTS.
+ *
+ * The Python side (CompiledMCTS) owns the coroutine: it awaits evaluate() between calls into
+ * this tree, draws the Dirichlet noise with its own generator and builds the SearchResult.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXA 9    /* most actions of a supported game (tic-tac-toe) */
+#define MAXD 64   /* longest path: a game never lasts more plies (Connect Four: 42) */
+
+enum { GAME_CONNECT4 = 0, GAME_TICTACTOE = 1 };
+
+typedef struct Node Node;
+
+typedef struct {
+    double p;     /* prior */
+    double w;     /* value sum for the side to move at the edge's node */
+    long n;       /* visits, including leaves in flight */
+    Node *child;  /* NULL until first visited */
+} Edge;
+
+struct Node {
+    uint64_t stones, mask; /* the side to move's stones, all stones */
+    int ply, last_won;
+    int k;                 /* legal actions (edges) */
+    int expanded;          /* priors set: the Python node's `actions is not None` */
+    int has_tv;            /* terminal: tv is its value, never expanded */
+    double tv;
+    long visits;
+    double value_sum, visited_prior;
+    signed char actions[MAXA];
+    Edge e[];
+};
+
+typedef struct {
+    Node *node;
+    int i;
+} Step;
+
+typedef struct {
+    PyObject_HEAD
+    int game, num_actions, obs_size;
+    double c_puct, fpu_reduction, root_fpu_reduction, vl;
+    int width;
+    Node *root;
+    int has_clean;
+    double clean_p[MAXA];
+    long count, done;
+    int nbatch;
+    Node *leaves[64];
+    int pathlen[64];
+    Step *paths; /* width * MAXD */
+    long nodes;  /* live nodes, for tests */
+} Tree;
+
+/* --- games ------------------------------------------------------------------------------- */
+
+
+static int c4_four(uint64_t b) {
+    uint64_t m = b & (b >> 7);
+    if (m & (m >> 14)) return 1;
+    m = b & (b >> 1);
+    if (m & (m >> 2)) return 1;
+    m = b & (b >> 6);
+    if (m & (m >> 12)) return 1;
+    m = b & (b >> 8);
+    return (m & (m >> 16)) != 0;
+}
+
+static const uint16_t TTT_LINES[8] = {0007, 0070, 0700, 0111, 0222, 0444, 0421, 0124};
+
+static int legal(int game, uint64_t mask, int last_won, signed char *out) {
+    int k = 0;
+    if (last_won) return 0;
+    if (game == GAME_CONNECT4) {
+        for (int c = 0; c < 7; c++)
+            if (!(mask & (1ULL << (c * 7 + 5)))) out[k++] = (signed char)c;
+    } else {
+        for (int c = 0; c < 9; c++)
+            if (!(mask >> c & 1)) out[k++] = (signed char)c;
+    }
+    return k;
+}
+
+static Node *new_node(Tree *t, uint64_t stones, uint64_t mask, int ply, int last_won) {
+    signed char acts[MAXA];
+    int k = legal(t->game, mask, last_won, acts);
+    Node *n = (Node *)malloc(sizeof(Node) + (size_t)k * sizeof(Edge));
+    if (!n) return NULL;
+    n->stones = stones;
+    n->mask = mask;
+    n->ply = ply;
+    n->last_won = last_won;
+    n->k = k;
+    n->expanded = 0;
+    n->has_tv = 0;
+    n->tv = 0.0;
+    n->visits = 0;
+    n->value_sum = 0.0;
+    n->visited_prior = 0.0;
+    memcpy(n->actions, acts, (size_t)k);
+    for (int j = 0; j < k; j++) {
+        n->e[j].p = 0.0;
+        n->e[j].w = 0.0;
+        n->e[j].n = 0;
+        n->e[j].child = NULL;
+    }
+    t->nodes++;
+    return n;
+}
+
+/* The child reached by playing edge i of `parent`, with its terminal value if the game ends. */
+static Node *new_child(Tree *t, Node *parent, int i) {
+    int a = parent->actions[i];
+    uint64_t stones = parent->stones, mask = parent->mask, new_mask, mine;
+    int won, terminal;
+    if (t->game == GAME_CONNECT4) {
+        new_mask = mask | (mask + (1ULL << (a * 7)));
+        mine = stones | (new_mask ^ mask);
+        won = c4_four(mine);
+        Node *c = new_node(t, mine ^ new_mask, new_mask, parent->ply + 1, won);
+        if (!c) return NULL;
+        terminal = won || c->ply == 42;
+        if (terminal) {
+            c->has_tv = 1;
+            c->tv = won ? -1.0 : 0.0;
+        }
+        return c;
+    }
+    uint64_t bit = 1ULL << a;
+    mine = stones | bit;
+    won = 0;
+    for (int l = 0; l < 8; l++)
+        if ((TTT_LINES[l] >> a & 1) && (mine & TTT_LINES[l]) == TTT_LINES[l]) won = 1;
+    Node *c = new_node(t, stones ^ mask, mask | bit, parent->ply + 1, won);
+    if (!c) return NULL;
+    terminal = won || c->ply == 9;
+    if (terminal) {
+        c->has_tv = 1;
+        c->tv = won ? -1.0 : 0.0;
+    }
+    return c;
+}
+
+/* uint8 [C, H, W] planes of `n` from its side to move's perspective (as Game.encode). */
+static void encode(Tree *t, const Node *n, unsigned char *out) {
+    uint64_t boards[2] = {n->stones, n->stones ^ n->mask};
+    if (t->game == GAME_CONNECT4) {
+        for (int p = 0; p < 2; p++)
+            for (int r = 0; r < 6; r++)
+                for (int c = 0; c < 7; c++)
+                    *out++ = (unsigned char)(boards[p] >> (c * 7 + 5 - r) & 1);
+    } else {
+        for (int p = 0; p < 2; p++)
+            for (int b = 0; b < 9; b++) *out++ = (unsigned char)(boards[p] >> b & 1);
+    }
+}
+
+static void free_tree(Tree *t, Node *n) {
+    if (!n) return;
+    for (int j = 0; j < n->k; j++) free_tree(t, n->e[j].child);
+    free(n);
+    t->nodes--;
+}
+
+/* --- search steps (actors/mcts.py's MCTS._simulate, _expand, _backup, _undo) -------------- */
+
+static void backup(Step *path, int len, double value, double vl) {
+    for (int s = len - 1; s >= 0; s--) {
+        value = -value;
+        Edge *e = &path[s].node->e[path[s].i];
+        e->w += value + vl;
+        path[s].node->value_sum += value;
+    }
+}
+
+static void undo(Step *path, int len, double vl) {
+    for (int s = 0; s < len; s++) {
+        Edge *e = &path[s].node->e[path[s].i];
+        e->n -= 1;
+        path[s].node->visits -= 1;
+        e->w += vl;
+    }
+}
+
+/* Priors from logits (float32 or float64 [A], any stride) and the node's own evaluation;
+ * the value as a double into *out_v. */
+static int expand(Tree *t, Node *node, PyObject *logits, PyObject *value, double *out_v) {
+    Py_buffer view;
+    double v = PyFloat_AsDouble(value);
+    if (v == -1.0 && PyErr_Occurred()) return -1;
+    *out_v = v;
+    if (PyObject_GetBuffer(logits, &view, PyBUF_RECORDS_RO) < 0) return -1;
+    int shape_ok = view.ndim == 1 && view.shape[0] == t->num_actions;
+    int ok = shape_ok && view.format &&
+             (strcmp(view.format, "f") == 0 || strcmp(view.format, "d") == 0 ||
+              strcmp(view.format, "<f") == 0 || strcmp(view.format, "<d") == 0 ||
+              strcmp(view.format, "=f") == 0 || strcmp(view.format, "=d") == 0);
+    if (shape_ok && !ok) {
+        /* Another dtype (float16, big-endian, ints): its values as float64 are exactly the
+         * Python floats the pure-Python search reads with tolist(). */
+        PyBuffer_Release(&view);
+        PyObject *converted = PyObject_CallMethod(logits, "astype", "s", "float64");
+        if (!converted) return -1;
+        int r = expand(t, node, converted, value, out_v);
+        Py_DECREF(converted);
+        return r;
+    }
+    if (!ok) {
+        PyBuffer_Release(&view);
+        PyObject *shape = PyObject_GetAttrString(logits, "shape");
+        if (!shape) {
+            PyErr_Clear();
+            shape = PyUnicode_FromString("(?)");
+        }
+        PyErr_Format(PyExc_ValueError, "evaluate returned logits of shape %R, expected (%d,)",
+                     shape, t->num_actions);
+        Py_XDECREF(shape);
+        return -1;
+    }
+    int is_double = view.format[strlen(view.format) - 1] == 'd';
+    const char *base = (const char *)view.buf;
+    Py_ssize_t stride = view.strides ? view.strides[0] : view.itemsize;
+    double legal_x[MAXA];
+    int k = node->k;
+    for (int j = 0; j < k; j++) {
+        const char *at = base + stride * node->actions[j];
+        legal_x[j] = is_double ? *(const double *)at : (double)*(const float *)at;
+    }
+    PyBuffer_Release(&view);
+    /* _masked_softmax: max, exp(x - top), a left-to-right sum, e / total */
+    if (k > 0) {
+        double top = legal_x[0];
+        for (int j = 1; j < k; j++)
+            if (legal_x[j] > top) top = legal_x[j];
+        double total = 0.0;
+        for (int j = 0; j < k; j++) {
+            legal_x[j] = exp(legal_x[j] - top);
+            total += legal_x[j];
+        }
+        for (int j = 0; j < k; j++) node->e[j].p = legal_x[j] / total;
+    }
+    node->expanded = 1;
+    node->visits += 1;
+    node->value_sum += v;
+    return 0;
+}
+
+static int write_buffer(PyObject *out, Py_buffer *view, Py_ssize_t need) {
+    if (PyObject_GetBuffer(out, view, PyBUF_CONTIG) < 0) return -1;
+    if (view->len < need) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "obs buffer of %zd bytes, need %zd", view->len, need);
+        return -1;
+    }
+    return 0;
+}
+
+/* One round of descents: up to `width` new leaves (encoded into `out`), or none when the
+ * simulation budget is spent. Terminal leaves are backed up at once, as in the Python loop. */
+static int descend(Tree *t, unsigned char *out) {
+    const double c_puct = t->c_puct, fpu_reduction = t->fpu_reduction, vl = t->vl;
+    t->nbatch = 0;
+    while (t->done < t->count) {
+        t->nbatch = 0;
+        while (t->done + t->nbatch < t->count && t->nbatch < t->width) {
+            Node *node = t->root, *child;
+            double reduction = t->root_fpu_reduction;
+            Step *path = t->paths + (size_t)t->nbatch * MAXD;
+            int len = 0, created = 0;
+            for (;;) {
+                long visits = node->visits;
+                double sqrt_n = c_puct * sqrt((double)visits);
+                double fpu = node->value_sum / (double)visits - reduction * sqrt(node->visited_prior);
+                reduction = fpu_reduction;
+                int i = 0;
+                double best = -INFINITY;
+                for (int j = 0; j < node->k; j++) {
+                    const Edge *e = &node->e[j];
+                    long nj = e->n;
+                    double score = nj ? e->w / (double)nj + e->p * sqrt_n / (double)(1 + nj)
+                                      : fpu + e->p * sqrt_n;
+                    if (score > best) {
+                        i = j;
+                        best = score;
+                    }
+                }
+                Edge *e = &node->e[i];
+                if (!e->n) node->visited_prior += e->p;
+                e->n += 1;
+                node->visits = visits + 1;
+                if (vl != 0.0) e->w -= vl;
+                path[len].node = node;
+                path[len].i = i;
+                len++;
+                child = e->child;
+                if (!child) {
+                    child = e->child = new_child(t, node, i);
+                    if (!child) {
+                        PyErr_NoMemory();
+                        return -1;
+                    }
+                    created = 1;
+                    if (!child->has_tv) {
+                        t->leaves[t->nbatch] = child;
+                        t->pathlen[t->nbatch] = len;
+                        t->nbatch++;
+                    }
+                    break;
+                }
+                if (!child->expanded) break;
+                node = child;
+            }
+            if (child->has_tv) {
+                child->visits += 1;
+                child->value_sum += child->tv;
+                backup(path, len, child->tv, vl);
+                t->done++;
+            } else if (!created) {
+                undo(path, len, vl);
+                break;
+            }
+        }
+        if (t->nbatch) {
+            for (int b = 0; b < t->nbatch; b++) encode(t, t->leaves[b], out + (size_t)b * t->obs_size);
+            return t->nbatch;
+        }
+    }
+    return 0;
+}
+
+static int finish_leaf(Tree *t, int b, PyObject *logits, PyObject *value) {
+    double v;
+    if (expand(t, t->leaves[b], logits, value, &v) < 0) return -1;
+    backup(t->paths + (size_t)b * MAXD, t->pathlen[b], v, t->vl);
+    return 0;
+}
+
+/* --- the Python type ---------------------------------------------------------------------- */
+
+static void Tree_dealloc(Tree *t) {
+    free_tree(t, t->root);
+    free(t->paths);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static int Tree_init(Tree *t, PyObject *args, PyObject *kw) {
+    static char *names[] = {"game", "c_puct", "fpu_reduction", "root_fpu_reduction", "width",
+                            "virtual_loss", NULL};
+    const char *game;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sdddid", names, &game, &t->c_puct,
+                                     &t->fpu_reduction, &t->root_fpu_reduction, &t->width, &t->vl))
+        return -1;
+    if (strcmp(game, "connect4") == 0) {
+        t->game = GAME_CONNECT4;
+        t->num_actions = 7;
+        t->obs_size = 84;
+    } else if (strcmp(game, "tictactoe") == 0) {
+        t->game = GAME_TICTACTOE;
+        t->num_actions = 9;
+        t->obs_size = 18;
+    } else {
+        PyErr_Format(PyExc_ValueError, "compiled MCTS: unsupported game %s", game);
+        return -1;
+    }
+    if (t->width < 1 || t->width > 64) {
+        PyErr_Format(PyExc_ValueError, "compiled MCTS: width must be in 1..64, got %d", t->width);
+        return -1;
+    }
+    free(t->paths);
+    t->paths = (Step *)malloc(sizeof(Step) * (size_t)t->width * MAXD);
+    if (!t->paths) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    free_tree(t, t->root);
+    t->root = NULL;
+    t->has_clean = 0;
+    return 0;
+}
+
+static PyObject *Tree_reset(Tree *t, PyObject *unused) {
+    free_tree(t, t->root);
+    t->root = NULL;
+    t->has_clean = 0;
+    t->nbatch = 0;
+    Py_RETURN_NONE;
+}
+
+/* set_root(stones, mask, ply, last_won) -> True when the kept (expanded) root is that state. */
+static PyObject *Tree_set_root(Tree *t, PyObject *args) {
+    unsigned long long stones, mask;
+    int ply, last_won;
+    if (!PyArg_ParseTuple(args, "KKip", &stones, &mask, &ply, &last_won)) return NULL;
+    Node *r = t->root;
+    if (r && r->stones == stones && r->mask == mask && r->ply == ply && r->last_won == last_won)
+        return PyBool_FromLong(r->expanded);
+    free_tree(t, r);
+    t->has_clean = 0;
+    t->root = new_node(t, stones, mask, ply, last_won);
+    if (!t->root) return PyErr_NoMemory();
+    Py_RETURN_FALSE;
+}
+
+static PyObject *Tree_root_obs(Tree *t, PyObject *out) {
+    Py_buffer view;
+    if (!t->root) return PyErr_Format(PyExc_RuntimeError, "no root");
+    if (write_buffer(out, &view, t->obs_size) < 0) return NULL;
+    encode(t, t->root, (unsigned char *)view.buf);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Tree_expand_root(Tree *t, PyObject *args) {
+    PyObject *logits, *value;
+    if (!PyArg_ParseTuple(args, "OO", &logits, &value)) return NULL;
+    if (!t->root) return PyErr_Format(PyExc_RuntimeError, "no root");
+    double v;
+    if (expand(t, t->root, logits, value, &v) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Tree_root_width(Tree *t, PyObject *unused) {
+    if (!t->root) return PyErr_Format(PyExc_RuntimeError, "no root");
+    return PyLong_FromLong(t->root->k);
+}
+
+/* root_priors(noise, fraction): restore the clean priors, mix in `noise` (a list of k floats,
+ * or None), then recount the prior mass of visited children (MCTS._set_root_priors). */
+static PyObject *Tree_root_priors(Tree *t, PyObject *args) {
+    PyObject *noise;
+    double f;
+    if (!PyArg_ParseTuple(args, "Od", &noise, &f)) return NULL;
+    Node *r = t->root;
+    if (!r) return PyErr_Format(PyExc_RuntimeError, "no root");
+    if (t->has_clean) {
+        for (int j = 0; j < r->k; j++) r->e[j].p = t->clean_p[j];
+        t->has_clean = 0;
+    }
+    if (noise != Py_None) {
+        PyObject *seq = PySequence_Fast(noise, "noise must be a sequence");
+        if (!seq) return NULL;
+        if (PySequence_Fast_GET_SIZE(seq) != r->k) {
+            Py_DECREF(seq);
+            return PyErr_Format(PyExc_ValueError, "noise of %zd values for %d children",
+                                PySequence_Fast_GET_SIZE(seq), r->k);
+        }
+        double x[MAXA];
+        for (int j = 0; j < r->k; j++) {
+            x[j] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, j));
+            if (x[j] == -1.0 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+        }
+        Py_DECREF(seq);
+        for (int j = 0; j < r->k; j++) {
+            t->clean_p[j] = r->e[j].p;
+            r->e[j].p = (1.0 - f) * r->e[j].p + f * x[j];
+        }
+        t->has_clean = 1;
+    }
+    double mass = 0.0;
+    for (int j = 0; j < r->k; j++)
+        if (r->e[j].n) mass += r->e[j].p;
+    r->visited_prior = mass;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Tree_start(Tree *t, PyObject *arg) {
+    long count = PyLong_AsLong(arg);
+    if (count == -1 && PyErr_Occurred()) return NULL;
+    t->count = count;
+    t->done = 0;
+    t->nbatch = 0;
+    Py_RETURN_NONE;
+}
+
+/* descend(out) -> leaves encoded into the writable buffer `out` ([width, C, H, W] uint8). */
+static PyObject *Tree_descend(Tree *t, PyObject *out) {
+    Py_buffer view;
+    if (!t->root || !t->root->expanded) return PyErr_Format(PyExc_RuntimeError, "no expanded root");
+    if (write_buffer(out, &view, (Py_ssize_t)t->obs_size * t->width) < 0) return NULL;
+    int n = descend(t, (unsigned char *)view.buf);
+    PyBuffer_Release(&view);
+    if (n < 0) return NULL;
+    return PyLong_FromLong(n);
+}
+
+/* step(logits, value, out): finish the one pending leaf, then descend (width 1). */
+static PyObject *Tree_step(Tree *t, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer view;
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "step(logits, value, out)");
+    if (t->nbatch != 1) return PyErr_Format(PyExc_RuntimeError, "step needs exactly one pending leaf");
+    if (finish_leaf(t, 0, args[0], args[1]) < 0) return NULL;
+    t->done += 1;
+    t->nbatch = 0;
+    if (write_buffer(args[2], &view, (Py_ssize_t)t->obs_size * t->width) < 0) return NULL;
+    int n = descend(t, (unsigned char *)view.buf);
+    PyBuffer_Release(&view);
+    if (n < 0) return NULL;
+    return PyLong_FromLong(n);
+}
+
+/* finish(results): expand and back up each pending leaf from its (logits, value), in order. */
+static PyObject *Tree_finish(Tree *t, PyObject *results) {
+    PyObject *seq = PySequence_Fast(results, "results must be a sequence");
+    if (!seq) return NULL;
+    if (PySequence_Fast_GET_SIZE(seq) != t->nbatch) {
+        Py_DECREF(seq);
+        return PyErr_Format(PyExc_ValueError, "%d leaves pending, %zd results", t->nbatch,
+                            PySequence_Fast_GET_SIZE(seq));
+    }
+    for (int b = 0; b < t->nbatch; b++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, b), *logits, *value;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            Py_DECREF(seq);
+            return PyErr_Format(PyExc_TypeError, "evaluate must return (logits, value)");
+        }
+        logits = PyTuple_GET_ITEM(pair, 0);
+        value = PyTuple_GET_ITEM(pair, 1);
+        if (finish_leaf(t, b, logits, value) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    t->done += t->nbatch;
+    t->nbatch = 0;
+    Py_RETURN_NONE;
+}
+
+/* root_result(visits int64 [A], prior float32 [A]) -> root value; fills both arrays. */
+static PyObject *Tree_root_result(Tree *t, PyObject *args) {
+    PyObject *visits_obj, *prior_obj;
+    Py_buffer vv, pv;
+    if (!PyArg_ParseTuple(args, "OO", &visits_obj, &prior_obj)) return NULL;
+    Node *r = t->root;
+    if (!r || !r->expanded) return PyErr_Format(PyExc_RuntimeError, "no expanded root");
+    if (write_buffer(visits_obj, &vv, (Py_ssize_t)sizeof(int64_t) * t->num_actions) < 0) return NULL;
+    if (write_buffer(prior_obj, &pv, (Py_ssize_t)sizeof(float) * t->num_actions) < 0) {
+        PyBuffer_Release(&vv);
+        return NULL;
+    }
+    int64_t *visits = (int64_t *)vv.buf;
+    float *prior = (float *)pv.buf;
+    for (int j = 0; j < r->k; j++) {
+        visits[r->actions[j]] = r->e[j].n;
+        prior[r->actions[j]] = (float)(t->has_clean ? t->clean_p[j] : r->e[j].p);
+    }
+    PyBuffer_Release(&vv);
+    PyBuffer_Release(&pv);
+    return PyFloat_FromDouble(r->value_sum / (double)r->visits);
+}
+
+/* advance(action, reuse): the played child's expanded subtree becomes the root, or none. */
+static PyObject *Tree_advance(Tree *t, PyObject *args) {
+    int action, reuse;
+    if (!PyArg_ParseTuple(args, "ip", &action, &reuse)) return NULL;
+    Node *r = t->root, *keep = NULL;
+    t->root = NULL;
+    t->has_clean = 0;
+    if (reuse && r && r->expanded) {
+        for (int j = 0; j < r->k; j++)
+            if (r->actions[j] == action) {
+                Node *c = r->e[j].child;
+                if (c && c->expanded) {
+                    keep = c;
+                    r->e[j].child = NULL;
+                }
+                break;
+            }
+    }
+    free_tree(t, r);
+    t->root = keep;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Tree_get_nodes(Tree *t, void *unused) { return PyLong_FromLong(t->nodes); }
+
+static PyMethodDef Tree_methods[] = {
+    {"reset", (PyCFunction)Tree_reset, METH_NOARGS, "Drop the tree."},
+    {"set_root", (PyCFunction)Tree_set_root, METH_VARARGS,
+     "set_root(stones, mask, ply, last_won) -> whether the kept expanded root is that state."},
+    {"root_obs", (PyCFunction)Tree_root_obs, METH_O, "Encode the root into a uint8 buffer."},
+    {"expand_root", (PyCFunction)Tree_expand_root, METH_VARARGS, "expand_root(logits, value)."},
+    {"root_width", (PyCFunction)Tree_root_width, METH_NOARGS, "Children of the root."},
+    {"root_priors", (PyCFunction)Tree_root_priors, METH_VARARGS,
+     "root_priors(noise or None, fraction)."},
+    {"start", (PyCFunction)Tree_start, METH_O, "start(count): the simulation budget."},
+    {"descend", (PyCFunction)Tree_descend, METH_O, "descend(out) -> new leaves in out."},
+    {"step", (PyCFunction)(void (*)(void))Tree_step, METH_FASTCALL,
+     "step(logits, value, out) -> new leaves in out (width 1)."},
+    {"finish", (PyCFunction)Tree_finish, METH_O, "finish([(logits, value), ...])."},
+    {"root_result", (PyCFunction)Tree_root_result, METH_VARARGS,
+     "root_result(visits, prior) -> root value."},
+    {"advance", (PyCFunction)Tree_advance, METH_VARARGS, "advance(action, reuse)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Tree_getset[] = {
+    {"nodes", (getter)Tree_get_nodes, NULL, "Live nodes of this tree.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject TreeType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "actors._mcts_core.Tree",
+    .tp_basicsize = sizeof(Tree),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Tree(game, c_puct, fpu_reduction, root_fpu_reduction, width, virtual_loss)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Tree_init,
+    .tp_dealloc = (destructor)Tree_dealloc,
+    .tp_methods = Tree_methods,
+    .tp_getset = Tree_getset,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "actors._mcts_core",
+    "The compiled PUCT tree behind actors.compiled_mcts.CompiledMCTS.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__mcts_core(void) {
+    if (PyType_Ready(&TreeType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&TreeType);
+    if (PyModule_AddObject(m, "Tree", (PyObject *)&TreeType) < 0) {
+        Py_DECREF(&TreeType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

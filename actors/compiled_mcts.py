@@ -1,0 +1,135 @@
+"""The compiled search: ``actors.mcts.MCTS``'s algorithm with its tree in C (``_mcts_core``).
+
+``CompiledMCTS`` is a drop-in ``MCTS``: same constructor, same ``search``/``advance`` and the
+inherited move selection, and for the same seed and evaluator the same visit counts, values and
+priors, bit for bit (tests/test_compiled_mcts.py plays whole games against the Python search,
+the oracle). Only the tree and its arithmetic move to C: this coroutine still awaits the
+injected ``evaluate`` once per leaf (``asyncio.gather`` for several leaves in flight) and draws
+the Dirichlet noise from the same generator in the same order.
+
+The compiled core knows Connect Four and tic-tac-toe bitboards; ``make_mcts`` returns the
+Python search for any other game, for ``MCTSConfig.core = "python"``, or when the extension was
+not built (no C compiler at install time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from actors.games import ConnectFour, Game, State, TicTacToe
+from actors.mcts import MCTS, Evaluate, MCTSConfig, SearchResult, dirichlet
+
+try:
+    from actors import _mcts_core
+except ImportError:  # built by `pip install -e .` when a C compiler is present
+    _mcts_core = None
+
+_SUPPORTED = {ConnectFour: "connect4", TicTacToe: "tictactoe"}
+
+
+def compiled_available(game: Game) -> bool:
+    """Whether the compiled core was built and knows ``game``'s rules."""
+    return _mcts_core is not None and type(game) in _SUPPORTED
+
+
+def make_mcts(game: Game, config: MCTSConfig, rng: np.random.Generator) -> MCTS:
+    """The search ``config.core`` asks for: ``compiled`` (an error if unavailable), ``python``,
+    or ``auto`` (compiled where available)."""
+    if config.core == "python":
+        return MCTS(game, config, rng)
+    if compiled_available(game):
+        return CompiledMCTS(game, config, rng)
+    if config.core == "compiled":
+        why = "it was not built" if _mcts_core is None else f"it does not know {game.name}"
+        raise ValueError(f"mcts.core=compiled: the compiled MCTS is unavailable ({why})")
+    return MCTS(game, config, rng)
+
+
+class CompiledMCTS(MCTS):
+    """``MCTS`` with the tree in C; see the module docstring."""
+
+    def __init__(self, game: Game, config: MCTSConfig, rng: np.random.Generator) -> None:
+        super().__init__(game, config, rng)
+        if not compiled_available(game):
+            raise ValueError(f"the compiled MCTS does not support {game.name}")
+        width = config.leaves_in_flight
+        self._tree = _mcts_core.Tree(  # type: ignore[union-attr]
+            _SUPPORTED[type(game)],
+            config.c_puct,
+            config.fpu_reduction,
+            config.root_fpu_reduction,
+            width,
+            config.virtual_loss if width > 1 else 0.0,
+        )
+        self._leaf_shape = game.obs_shape if width == 1 else (width, *game.obs_shape)
+
+    async def search(
+        self,
+        state: State,
+        evaluate: Evaluate,
+        add_noise: bool,
+        num_simulations: int | None = None,
+    ) -> SearchResult:
+        game, cfg, tree = self.game, self.config, self._tree
+        if game.is_terminal(state):
+            raise ValueError(f"search from a terminal position:\n{game.render(state)}")
+        try:
+            evaluations = 0
+            if not tree.set_root(*state):
+                obs = np.empty(game.obs_shape, np.uint8)
+                tree.root_obs(obs)
+                logits, value = await evaluate(obs)
+                tree.expand_root(logits, value)
+                evaluations += 1
+            k = tree.root_width()
+            noise = None
+            if add_noise and k > 1 and cfg.dirichlet_fraction > 0:
+                noise = dirichlet(self.rng, cfg.dirichlet_alpha, k)
+            tree.root_priors(noise, cfg.dirichlet_fraction)
+            sims = cfg.num_simulations if num_simulations is None else num_simulations
+            evaluations += await self._simulate_compiled(evaluate, sims)
+        except BaseException:
+            # A failed or cancelled search may leave leaves in flight: never reuse that tree.
+            tree.reset()
+            raise
+        visits = np.zeros(game.num_actions, dtype=np.int64)
+        prior = np.zeros(game.num_actions, dtype=np.float32)
+        root_value = tree.root_result(visits, prior)
+        return SearchResult(visits, root_value, prior, evaluations)
+
+    async def _simulate_compiled(self, evaluate: Evaluate, count: int) -> int:
+        """``count`` simulations; returns the evaluations made. The tree descends (and backs
+        up terminal leaves) in C; this loop only awaits the leaves."""
+        tree, shape = self._tree, self._leaf_shape
+        tree.start(count)
+        evaluations = 0
+        obs = np.empty(shape, np.uint8)
+        n = tree.descend(obs)
+        if self.config.leaves_in_flight == 1:
+            step, empty, uint8 = tree.step, np.empty, np.uint8
+            while n:
+                logits, value = await evaluate(obs)
+                evaluations += 1
+                obs = empty(shape, uint8)  # a new array: evaluate may still hold the last one
+                n = step(logits, value, obs)
+            return evaluations
+        while n:
+            if n == 1:
+                results = [await evaluate(obs[0])]
+            else:
+                results = await asyncio.gather(*[evaluate(obs[i]) for i in range(n)])
+            tree.finish(results)
+            evaluations += n
+            obs = np.empty(shape, np.uint8)
+            n = tree.descend(obs)
+        return evaluations
+
+    def advance(self, action: int) -> None:
+        self._tree.advance(action, self.config.reuse_tree)
+
+    @property
+    def tree_nodes(self) -> int:
+        """Nodes held by the tree (freed as soon as ``advance`` or a new root drops them)."""
+        return int(self._tree.nodes)
