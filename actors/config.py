@@ -37,6 +37,9 @@ class ActorsConfig:
     """Stop after this many finished games per process (0 = until stopped)."""
     status_interval_s: float = 5.0
     """Seconds between status lines (0 = none)."""
+    cache_mb: float = 64.0
+    """Evaluation cache of the process (``actors.evalcache``), shared by its games: memory it
+    may use (0 = off). Keyed by (version, position): hits are exact and cost no message."""
     seed: int = 0
     """Base seed; each process and game coroutine derives its own stream."""
     metrics_port: int = 0

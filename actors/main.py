@@ -106,6 +106,7 @@ async def run_actors(
         "acked": sent.acked,
         "resent": sent.resent,
         "undelivered": undelivered,
+        "cache": selfplay.cache.stats.as_dict() if selfplay.cache is not None else None,
     }
     log.info("%s %s", SUMMARY_TAG, json.dumps(summary))
     return stats

@@ -20,6 +20,7 @@ import numpy as np
 
 from actors.compiled_mcts import make_mcts
 from actors.config import ActorsConfig
+from actors.evalcache import EvalCache
 from actors.games import Game, State, make_game
 from actors.gumbel import GumbelResult, GumbelSearch
 from actors.mcts import MCTS, MCTSConfig, SearchResult
@@ -141,9 +142,11 @@ async def play_game(
     rng: np.random.Generator,
     stats: SelfPlayStats,
     version_wait_s: float = 30.0,
+    cache: EvalCache | None = None,
 ) -> FinishedGame:
-    """Play one game against itself on the version pinned at its start. Raises
-    ``GameAbandoned`` when its version cannot be served (see ``search_on_version``).
+    """Play one game against itself on the version pinned at its start, through the
+    process's evaluation ``cache`` if any. Raises ``GameAbandoned`` when its version cannot be
+    served (see ``search_on_version``).
 
     Playout cap randomization: each move gets the full search (``num_simulations``, recorded)
     with probability ``full_search_fraction``, else a fast one (``fast_simulations``, played
@@ -152,7 +155,11 @@ async def play_game(
     mcts = make_search(game, mcts_cfg, rng)
     capped = mcts_cfg.full_search_fraction < 1.0
     with client.pin_latest() as version:
-        evaluate = lambda obs: client.evaluate(obs, version)  # noqa: E731 - binds the pin
+        evaluate = (
+            cache.evaluator(client.evaluate, version)
+            if cache is not None
+            else lambda obs: client.evaluate(obs, version)  # binds the pin
+        )
         state = game.initial_state()
         obs, policies, movers = [], [], []
         resign_allowed = mcts.sample_resign_allowed()
@@ -246,6 +253,7 @@ class SelfPlay:
         self.sink = sink
         self.actor_id = actor_id
         self.stats = SelfPlayStats()
+        self.cache = EvalCache(int(cfg.cache_mb * 2**20)) if cfg.cache_mb > 0 else None
         self._next_game_id = 0
         self._done = asyncio.Event()
 
@@ -285,7 +293,13 @@ class SelfPlay:
             self._next_game_id += 1
             try:
                 finished = await play_game(
-                    self.game, self.mcts_cfg, self.client, rng, self.stats, self.cfg.version_wait_s
+                    self.game,
+                    self.mcts_cfg,
+                    self.client,
+                    rng,
+                    self.stats,
+                    self.cfg.version_wait_s,
+                    self.cache,
                 )
             except GameAbandoned as exc:
                 if not self.client.lifecycle.running:
@@ -330,7 +344,7 @@ class SelfPlay:
                 "games/s %.2f  positions/s %.1f  sims/s %.0f  evals/s %.0f  in flight %d  "
                 "loop lag %.1f ms  moves/s %.1f  games %d  positions recorded/moves played %d/%d  "
                 "latest v%d  W/D/L %d/%d/%d  resigned %d  false resign %d/%d  "
-                "trajectories sent %d acked %d resent %d pending %d  abandoned %s",
+                "trajectories sent %d acked %d resent %d pending %d  abandoned %s  %s",
                 rates.rate("games", s.games, now),
                 rates.rate("positions", s.positions, now),
                 rates.rate("simulations", s.simulations, now),
@@ -353,4 +367,5 @@ class SelfPlay:
                 sink.resent,
                 sink.pending,
                 s.abandoned or "0",
+                self.cache.stats.line() if self.cache is not None else "cache off",
             )

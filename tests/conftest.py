@@ -145,7 +145,7 @@ async def make_server() -> AsyncIterator[MakeServer]:
         **overrides: Any,
     ) -> InferenceServer:
         if backend is None:
-            backend = BackendConfig(device="cpu")
+            backend = BackendConfig(device="cpu", compile="none")
         if isinstance(backend, BackendConfig):
             backend = make_backend(NET, backend)
         server = InferenceServer(server_config(bind, **overrides), NET.spec, backend, auth=auth)
@@ -295,7 +295,7 @@ class GatedBackend(TorchBackend):
     while it closes the server, or a load in progress while it sends a duplicate."""
 
     def __init__(self, hold_infer: bool = True) -> None:
-        super().__init__(NET, BackendConfig(device="cpu"))
+        super().__init__(NET, BackendConfig(device="cpu", compile="none"))
         self.gate, self.entered = asyncio.Event(), asyncio.Event()
         self.load_gate, self.load_entered = asyncio.Event(), asyncio.Event()
         self.load_gate.set()

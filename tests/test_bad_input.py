@@ -420,7 +420,9 @@ class RowDroppingBackend(TorchBackend):
 async def test_backend_breaking_the_row_invariant_gives_internal_error(
     make_server: MakeServer, make_client: MakeClient, ref: Reference
 ) -> None:
-    server = await make_server(backend=RowDroppingBackend(NET, BackendConfig(device="cpu")))
+    server = await make_server(
+        backend=RowDroppingBackend(NET, BackendConfig(device="cpu", compile="none"))
+    )
     client = await make_client(server.endpoint)
     with pytest.raises(RemoteError, match="InternalError: backend returned logits") as err:
         await client.evaluate(positions(3))

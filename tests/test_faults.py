@@ -277,7 +277,7 @@ def test_server_refuses_a_message_limit_below_one_batch() -> None:
         s = InferenceServer(
             replace(cfg.server, bind="tcp://127.0.0.1:*"),
             cfg.net.spec,
-            make_backend(cfg.net, BackendConfig(device="cpu")),
+            make_backend(cfg.net, BackendConfig(device="cpu", compile="none")),
         )
         await s.start()
 

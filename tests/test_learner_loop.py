@@ -127,7 +127,7 @@ async def serving(cfg: Config) -> AsyncIterator[InferenceServer]:
         # Room for every version: these tests publish far faster than the eviction grace.
         ServerConfig(bind=cfg.server.bind, status_interval_s=0.0, max_versions=32),
         cfg.net.spec,
-        make_backend(cfg.net, BackendConfig(device="cpu")),
+        make_backend(cfg.net, BackendConfig(device="cpu", compile="none")),
     )
     await server.start(InitialWeights(0, initial_weights(cfg.net)))
     try:

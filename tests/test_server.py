@@ -487,7 +487,7 @@ def test_serves_on_uvloop(ref: Reference) -> None:
         server = InferenceServer(
             server_config("tcp://127.0.0.1:*"),
             NET.spec,
-            make_backend(NET, BackendConfig(device="cpu")),
+            make_backend(NET, BackendConfig(device="cpu", compile="none")),
         )
         await server.start(InitialWeights(0, weights_blob(seed=NET.seed)))
         try:

@@ -62,7 +62,7 @@ def positions(rows: int, seed: int = 0) -> np.ndarray:
 
 
 async def torch_reference(blob: bytes, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    ref = TorchBackend(NET, BackendConfig(device="cpu"))
+    ref = TorchBackend(NET, BackendConfig(device="cpu", compile="none"))
     await ref.start()
     try:
         await ref.load(1, blob)

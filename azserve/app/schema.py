@@ -73,8 +73,10 @@ class TrainConfig:
     """Restart a crashed child process (else a crash stops the run cleanly)."""
     max_restarts: int = 3
     """Restarts allowed per child before the run stops."""
-    server_threads: int = 1
-    """torch threads of the inference server."""
+    server_threads: int = 0
+    """torch threads of the inference server; 0 = follow the idle cores (``backend.auto_threads``
+    from one thread up to the machine's cores): the server grows into what the actors and the
+    learner leave free and gives it back when they need it."""
     learner_threads: int = 1
     """torch threads of the learner."""
     status_interval_s: float = 5.0

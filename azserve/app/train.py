@@ -76,10 +76,18 @@ def resolve_for_run(cfg: Config, sock_dir: Path) -> Config:
         cfg,
         server={"bind": f"ipc://{sock_dir}/server"},
         client={"server": ""},
-        backend={"threads": cfg.train.server_threads},
+        backend=server_threads(cfg.train.server_threads),
         actors={"learner": "", "sink": "learner"},
         learner=learner,
     )
+
+
+def server_threads(threads: int) -> dict[str, Any]:
+    """The server's thread settings for ``train.server_threads``: a fixed count, or for 0 one
+    thread to start with that follows the idle cores (``backend.auto_threads``)."""
+    if threads:
+        return {"threads": threads, "auto_threads": False}
+    return {"threads": 1, "auto_threads": True}
 
 
 class Training:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
+
+from azserve.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -19,18 +21,35 @@ class BackendConfig:
     (a stand-in for an accelerator of unlimited speed, to load the actor side on a CPU)."""
     device: str = "auto"
     """torch: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (CUDA when available)."""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """torch: compute dtype. Reduced precision pays on GPU; on CPU bf16 needs ``compile``."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """torch: compute dtype. ``auto``: bfloat16 where the device has it natively (a CPU with
+    AVX512-BF16 or AMX, a CUDA device with bf16), else float32 (emulated bf16 on an AVX2 CPU is
+    several times slower than fp32). On CPU, reduced precision needs ``compile`` != ``none``."""
     threads: int = 1
-    """torch on CPU: intra-op threads for inference (0 = torch's default)."""
-    compile: Literal["none", "jit", "inductor"] = "none"
-    """torch: ``jit`` = frozen TorchScript; ``inductor`` = torch.compile (compiles per shape)."""
+    """torch on CPU: intra-op threads for inference (0 = torch's default); with
+    ``auto_threads``, the count it starts with."""
+    auto_threads: bool = False
+    """torch on CPU: follow the idle cores of the machine: every ``threads_interval_s`` the
+    compute thread adds a thread when about a core is idle and drops one when none is, between
+    1 and ``max_threads``."""
+    max_threads: int = 0
+    """torch on CPU with ``auto_threads``: most intra-op threads (0 = the machine's cores)."""
+    threads_interval_s: float = 5.0
+    """torch on CPU with ``auto_threads``: seconds between two looks at the idle cores."""
+    compile: Literal["auto", "none", "jit", "inductor"] = "auto"
+    """torch: execution path. ``none`` = eager; ``jit`` = frozen TorchScript, traced per version;
+    ``inductor`` = torch.compile of the BatchNorm-folded net, one graph per batch bucket compiled
+    before serving and shared by every version; ``auto`` = inductor (the fastest path measured on an
+    AVX2 CPU, and bf16 inductor where the CPU has bf16: docs/benchmarks.md). Tiny nets gain
+    nothing from compiling (its start-up cost is seconds): use ``none`` for them."""
     channels_last: bool = False
     """torch: use the channels_last memory format."""
     batch_buckets: tuple[int, ...] = ()
-    """torch: pad batches up to these sizes (needed for CUDA graphs / compile); empty = exact."""
-    cuda_graphs: bool = False
-    """torch on CUDA: capture one CUDA graph per batch bucket."""
+    """torch: pad batches up to these sizes; a batch above the largest runs in chunks of it, so
+    a compiled path never meets a new shape. Empty: exact sizes, or for ``inductor``
+    1, 8, 16, 32, 64, 128, 256."""
+    cuda_graphs: bool = True
+    """torch on CUDA with ``inductor``: one CUDA graph per batch bucket (``reduce-overhead``)."""
     url: str = "127.0.0.1:8001"
     """triton: gRPC address of the Triton server."""
     repository: str = ""
@@ -49,6 +68,20 @@ class BackendConfig:
     """triton: let Triton batch again (adds its delay to azserve's; see docs/triton.md)."""
     request_timeout_s: float = 30.0
     """triton: timeout of one inference call."""
+
+    @property
+    def fixed_dtype(self) -> str:
+        """``dtype`` for a model that cannot look at its device (Triton's): ``auto`` is
+        float32 there."""
+        return "float32" if self.dtype == "auto" else self.dtype
+
+    def __post_init__(self) -> None:
+        bad = [b for b in self.batch_buckets if b < 1]
+        if bad:
+            raise ConfigError(
+                f"backend.batch_buckets={list(self.batch_buckets)}: every bucket must be >= 1 "
+                f"(got {bad[0]})"
+            )
 
 
 class Backend(abc.ABC):
@@ -82,6 +115,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def version_bytes(self, version: int) -> int:
         """Memory held by ``version`` (for the server's memory budget)."""
+
+    def status(self) -> dict[str, Any]:
+        """What the backend runs (execution path, threads) for the server's status reply."""
+        return {}
 
     @abc.abstractmethod
     async def aclose(self) -> None:

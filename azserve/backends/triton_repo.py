@@ -88,7 +88,7 @@ def config_pbtxt(net: NetConfig, cfg: BackendConfig, max_batch_size: int = MAX_B
         head = ['backend: "python"']
         params = [
             _param("net", json.dumps(dataclasses.asdict(net))),
-            _param("dtype", cfg.dtype),
+            _param("dtype", cfg.fixed_dtype),
             _param("threads", str(cfg.threads)),
             _param("azserve_root", str(_AZSERVE_ROOT)),
         ]
@@ -206,7 +206,7 @@ class ModelRepository:
                 weights, data = stage / WEIGHTS_FILE, blob
             else:
                 weights = stage / TORCHSCRIPT_FILE
-                data = torchscript_bytes(self.net, blob, self.cfg.dtype)
+                data = torchscript_bytes(self.net, blob, self.cfg.fixed_dtype)
             _write_synced(weights, data)
             self.remove_version(version)  # re-loading a version replaces it
             os.rename(stage, self.version_dir(version))

@@ -19,6 +19,9 @@ _LAZY = {
     "load_weights_file": "azserve.model.weights",
     "load_strict": "azserve.model.weights",
     "DTYPES": "azserve.model.device",
+    "native_bf16": "azserve.model.device",
+    "resolve_dtype": "azserve.model.device",
+    "fold_batchnorm": "azserve.model.fold",
     "resolve_device": "azserve.model.device",
 }
 

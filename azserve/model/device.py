@@ -23,3 +23,20 @@ def resolve_device(name: str, key: str = "device") -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"{key}={name!r}: CUDA is not available on this machine")
     return dev
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bf16 natively: AVX512-BF16 or AMX on a CPU (without them
+    bf16 is emulated and several times slower than fp32), bf16 support on a CUDA device."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """A config dtype name as a torch dtype; ``auto`` is bfloat16 where ``device`` has it
+    natively (``native_bf16``), else float32."""
+    if name == "auto":
+        return torch.bfloat16 if native_bf16(device) else torch.float32
+    return DTYPES[name]

@@ -118,6 +118,7 @@ class InferenceServer:
             "queued_rows": self.scheduler.queued_rows,
             "queues": self.scheduler.queue_rows(),
             "paused_s": self.residency.paused_s,
+            "backend": self.backend.status(),
             "auth": self._auth_status(),
             **self.metrics.counters(),
         }

@@ -70,7 +70,9 @@ class ServerChild:
         argv = azserve_argv("serve", "--config", config_path, *overrides_args(self.overrides))
         self.child = Child(name, argv, workdir / f"{name}.log", child_env(self.cfg.backend.threads))
 
-    def start(self, timeout_s: float = 120.0) -> None:
+    def start(self, timeout_s: float = 600.0) -> None:
+        # A compiled backend compiles every batch bucket before it binds: a minute or more
+        # on a busy 2-core machine (inductor's cache makes later starts quicker).
         self.child.start()
         wait_ready(self.endpoint, self.cfg.server.model, timeout_s, self.child)
 

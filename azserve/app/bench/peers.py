@@ -128,7 +128,7 @@ async def _ray_serve(cfg: Config, callers: int, duration: float, warmup: float) 
     import ray
     from ray import serve
 
-    from azserve.model.device import resolve_device
+    from azserve.model.device import resolve_device, resolve_dtype
 
     net, bcfg = cfg.net, cfg.backend
     on_gpu = resolve_device(bcfg.device).type == "cuda"
@@ -149,7 +149,7 @@ async def _ray_serve(cfg: Config, callers: int, duration: float, warmup: float) 
                 torch.set_num_threads(bcfg.threads)
             self.torch = torch
             self.device = resolve_device(bcfg.device)
-            self.dtype = getattr(torch, bcfg.dtype)
+            self.dtype = resolve_dtype(bcfg.dtype, self.device)
             self.net = build_net(net, seed=0).eval().to(self.device, self.dtype)
 
         @serve.batch(

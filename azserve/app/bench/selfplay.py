@@ -61,9 +61,49 @@ _STATUS = re.compile(
 )
 
 
+_CACHE = re.compile(
+    r"cache hit [\d.]+% hits (?P<hits>\d+) shared (?P<shared>\d+) misses (?P<misses>\d+) "
+    r"entries (?P<entries>\d+) (?P<mb>[\d.]+) MB evictions (?P<evictions>\d+)"
+)
+
+
 def parse_status_lines(text: str) -> list[dict[str, float]]:
     """The rates in the actors' status lines (``actors.selfplay.SelfPlay._status_loop``)."""
     return [{k: float(v) for k, v in m.groupdict().items()} for m in _STATUS.finditer(text)]
+
+
+def cache_window(actor_logs: list[str], evals_per_position: float) -> dict[str, Any] | None:
+    """The evaluation caches over the window, from the cumulative counters of each actor
+    process's first and last status line in it (``actors.evalcache.CacheStats.line``): lookups
+    answered without a message, entries and memory at the end, evictions, and the network
+    evaluations saved per self-play position. None when no cache reported."""
+    totals = {k: 0.0 for k in ("hits", "shared", "misses", "entries", "mb", "evictions")}
+    seen = False
+    for text in actor_logs:
+        lines = [{k: float(v) for k, v in m.groupdict().items()} for m in _CACHE.finditer(text)]
+        if not lines:
+            continue
+        seen = True
+        first, last = (
+            (lines[0], lines[-1]) if len(lines) > 1 else (dict.fromkeys(totals, 0.0), lines[0])
+        )
+        for k in ("hits", "shared", "misses", "evictions"):
+            totals[k] += last[k] - first[k]
+        totals["entries"] += last["entries"]
+        totals["mb"] += last["mb"]
+    if not seen:
+        return None
+    saved = totals["hits"] + totals["shared"]
+    lookups = saved + totals["misses"]
+    rate = saved / lookups if lookups else 0.0
+    return {
+        "hit_rate": round(rate, 4),
+        "joined_in_flight_fraction": round(totals["shared"] / lookups, 4) if lookups else 0.0,
+        "entries": int(totals["entries"]),
+        "mb": round(totals["mb"], 1),
+        "evictions": int(totals["evictions"]),
+        "evaluations_saved_per_position": round(rate * evals_per_position, 2),
+    }
 
 
 class Run:
@@ -133,7 +173,8 @@ class Run:
             end = cpu1[side]
             if start is not None and end is not None:
                 cpu[side] = (end - start) / win.seconds
-        return summarize(win, texts, self.cfg, cpu)
+        # The server's execution path and its compute threads at the end of the window.
+        return {**summarize(win, texts, self.cfg, cpu), "server_backend": last.get("backend")}
 
     def _cpu(self) -> dict[str, float | None]:
         """CPU seconds so far of the server and of all actor processes together."""
@@ -200,6 +241,13 @@ def summarize(
         },
         "status_lines": sum(len(lines) for lines in per_actor),
         "cpu_cores_used": {k: round(v, 3) for k, v in cpu.items()},
+        # Positions evaluated per move searched, the cache's hits included (MCTS's own count).
+        "cache": cache_window(
+            actor_logs,
+            totals["evals"] / (totals["sims"] / cfg.mcts.mean_simulations)
+            if totals["sims"]
+            else 0.0,
+        ),
         "_batches": win.bucket_sizes(cfg.server.max_batch_size),
     }
 
@@ -290,6 +338,14 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         "learner": bool(args.learner),
         "actor_processes": cfg.actors.processes,
         "games_per_process": cfg.actors.games,
+        "backend": {
+            "compile": cfg.backend.compile,
+            "dtype": cfg.backend.dtype,
+            "threads": cfg.backend.threads,
+            "auto_threads": cfg.backend.auto_threads,
+            "batch_buckets": list(cfg.backend.batch_buckets),
+        },
+        "actors_cache_mb": cfg.actors.cache_mb,
         **points[0],
         "capacity": {
             "actor_simulations_per_s_zero_cost": sims_per_core,

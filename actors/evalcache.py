@@ -1,0 +1,162 @@
+"""Evaluation cache of one actor process: ``(version, position) -> (logits, value)``.
+
+Connect Four self-play evaluates the same positions again and again: every game starts from
+one position, early plies repeat across the hundreds of games in flight, and transpositions
+repeat inside one search. Shared by all the games of a process, the cache answers a repeated
+position without a message, and a position already in flight by joining that evaluation.
+
+- Exact: a hit returns the very arrays the network returned for that version and position
+  (a read-only copy made when the reply arrived); the key is the weights version, the
+  observation's shape and dtype, and its bytes, so nothing is ever approximate.
+- Bounded by memory: ``max_bytes`` over the entries' estimated footprint (key bytes, logits,
+  and the Python objects around them: ``ENTRY_OVERHEAD``); least recently used entries go
+  first. Entries of old versions are never hit again and age out.
+- Torch-free and I/O-free: it wraps any ``evaluate(obs, version) -> awaitable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+ENTRY_OVERHEAD = 400
+"""Bytes of Python objects per entry besides the key bytes and the logits data (the key tuple,
+bytes header, ndarray header, value float, result tuple and the ordered dict's slot), as
+measured with tracemalloc (``tests/test_evalcache.py``)."""
+
+Result = tuple[np.ndarray, float]
+"""One position's (logits ``[A]`` float32, value)."""
+Evaluate = Callable[[np.ndarray, int], Awaitable[Any]]
+"""``evaluate(obs, version)``: the client's evaluation (``EvalClient.evaluate``)."""
+
+
+@dataclass
+class CacheStats:
+    """Counters (cumulative) and size of one cache."""
+
+    hits: int = 0
+    """Positions answered from the cache (no message)."""
+    shared: int = 0
+    """Positions that joined an evaluation of the same key already in flight (no message)."""
+    misses: int = 0
+    """Positions sent to the server."""
+    evictions: int = 0
+    """Entries dropped to stay within the memory bound."""
+    entries: int = 0
+    bytes: int = 0
+    """Estimated footprint of the entries."""
+
+    @property
+    def hit_rate(self) -> float:
+        """Fraction of lookups answered without a message (hits and joins)."""
+        total = self.hits + self.shared + self.misses
+        return (self.hits + self.shared) / total if total else 0.0
+
+    def line(self) -> str:
+        """The status line's cache part (``azserve bench selfplay`` parses it)."""
+        return (
+            f"cache hit {100 * self.hit_rate:.1f}% hits {self.hits} shared {self.shared} "
+            f"misses {self.misses} entries {self.entries} {self.bytes / 2**20:.1f} MB "
+            f"evictions {self.evictions}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "hit_rate": round(self.hit_rate, 4),
+            "hits": self.hits,
+            "shared": self.shared,
+            "misses": self.misses,
+            "entries": self.entries,
+            "bytes": self.bytes,
+            "evictions": self.evictions,
+        }
+
+
+class EvalCache:
+    """LRU cache of single-position evaluations, ``max_bytes`` at most."""
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes must be > 0, got {max_bytes}")
+        self.max_bytes = max_bytes
+        self.stats = CacheStats()
+        self._entries: OrderedDict[tuple[Any, ...], Result] = OrderedDict()
+        self._shapes: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple per shape
+        self._inflight: dict[tuple[Any, ...], list[asyncio.Future[Result]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def evaluator(self, evaluate: Evaluate, version: int) -> Callable[[np.ndarray], Any]:
+        """``evaluate`` on ``version`` through the cache: one position ``[C,H,W]`` -> an
+        awaitable of (logits ``[A]``, value); stacks ``[n,C,H,W]`` pass through uncached."""
+        loop = asyncio.get_running_loop()
+
+        def cached(obs: np.ndarray) -> Any:
+            if obs.ndim != 3:
+                return evaluate(obs, version)
+            shape = self._shapes.setdefault(obs.shape, obs.shape)
+            key = (version, shape, obs.dtype.char, obs.tobytes())
+            fut: asyncio.Future[Result] = loop.create_future()
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                self.stats.hits += 1
+                fut.set_result(hit)
+                return fut
+            waiters = self._inflight.get(key)
+            if waiters is not None:
+                self.stats.shared += 1
+                waiters.append(fut)
+                return fut
+            self.stats.misses += 1
+            # The source future stays ours: a caller cancelled (its game ended) cancels only
+            # its own future, never the evaluation other callers wait for.
+            self._inflight[key] = [fut]
+            source = asyncio.ensure_future(evaluate(obs, version))
+            source.add_done_callback(lambda src: self._arrived(key, src))
+            return fut
+
+        return cached
+
+    def _arrived(self, key: tuple[Any, ...], source: asyncio.Future[Any]) -> None:
+        waiters = self._inflight.pop(key)
+        if source.cancelled():
+            for w in waiters:
+                w.cancel()
+            return
+        exc = source.exception()
+        if exc is not None:
+            for w in waiters:
+                if not w.done():
+                    w.set_exception(exc)
+            return
+        logits, value = source.result()
+        logits = np.array(logits, copy=True)
+        logits.flags.writeable = False
+        result: Result = (logits, float(value))
+        self._put(key, result)
+        for w in waiters:
+            if not w.done():
+                w.set_result(result)
+
+    @staticmethod
+    def _size(key: tuple[Any, ...], result: Result) -> int:
+        return len(key[3]) + result[0].nbytes + ENTRY_OVERHEAD
+
+    def _put(self, key: tuple[Any, ...], result: Result) -> None:
+        size = self._size(key, result)
+        if size > self.max_bytes:
+            return
+        self._entries[key] = result
+        self.stats.bytes += size
+        while self.stats.bytes > self.max_bytes:
+            old = self._entries.popitem(last=False)
+            self.stats.bytes -= self._size(*old)
+            self.stats.evictions += 1
+        self.stats.entries = len(self._entries)

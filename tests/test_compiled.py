@@ -1,0 +1,266 @@
+"""The torch backend's execution paths: BatchNorm folding, TorchScript and inductor against
+eager outputs, buckets and chunks, weight swaps on one compiled graph (no recompile, no stall of
+the other versions), the resolved plan and config errors. Tiny nets and two buckets: an
+inductor compile of the tiny net takes seconds."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from azserve.backends.base import BackendConfig
+from azserve.backends.threads import IdleCores, next_threads
+from azserve.backends.torch_backend import TorchBackend
+from azserve.backends.torch_program import chunks, resolve_plan
+from azserve.errors import ConfigError, WeightsError
+from azserve.model.device import native_bf16
+from azserve.model.fold import fold_batchnorm
+from azserve.model.network import build_net
+from tests.conftest import (
+    NET,
+    RTOL,
+    MakeClient,
+    MakeControl,
+    MakeServer,
+    Reference,
+    positions,
+    wait_for,
+    weights_blob,
+)
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+def _randomise_batchnorm(net: nn.Module, seed: int) -> None:
+    """Non-trivial running statistics, as after training (fresh ones make folding a no-op)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.bias.copy_(torch.rand(m.num_features, generator=g) - 0.5)
+
+
+def trained_blob(seed: int) -> bytes:
+    from azserve.model.weights import state_dict_to_bytes
+
+    net = build_net(NET, seed=seed)
+    _randomise_batchnorm(net, seed)
+    return state_dict_to_bytes(net.state_dict())
+
+
+def eager(blob: bytes, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    from azserve.model.weights import bytes_to_state_dict
+
+    net = build_net(NET, seed=None)
+    net.load_state_dict(bytes_to_state_dict(blob))
+    with torch.inference_mode():
+        logits, value = net.eval()(torch.from_numpy(obs).float())
+    return logits.numpy(), value.numpy()
+
+
+def test_fold_batchnorm_computes_the_same_function_without_batchnorm() -> None:
+    net = build_net(NET, seed=3).eval()
+    _randomise_batchnorm(net, 3)
+    folded = fold_batchnorm(net)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in folded.modules())
+    assert any(isinstance(m, nn.BatchNorm2d) for m in net.modules()), "the original is kept"
+    x = torch.from_numpy(positions(16, seed=1)).float()
+    with torch.inference_mode():
+        (l0, v0), (l1, v1) = net(x), folded(x)
+    assert torch.allclose(l0, l1, rtol=RTOL, atol=1e-5)
+    assert torch.allclose(v0, v1, rtol=RTOL, atol=1e-5)
+
+
+def test_chunks_pad_to_buckets_and_split_above_the_largest() -> None:
+    assert chunks((), 5) == [(0, 5, 5)]
+    assert chunks((4, 8), 3) == [(0, 3, 4)]
+    assert chunks((4, 8), 8) == [(0, 8, 8)]
+    assert chunks((4, 8), 19) == [(0, 8, 8), (8, 16, 8), (16, 19, 4)]
+
+
+def test_auto_plan_follows_the_cpu() -> None:
+    plan = resolve_plan(BackendConfig(device="cpu"), torch.device("cpu"))
+    want = torch.bfloat16 if native_bf16(torch.device("cpu")) else torch.float32
+    assert (plan.compile, plan.dtype) == ("inductor", want)
+    explicit = resolve_plan(
+        BackendConfig(device="cpu", compile="inductor", dtype="float32"), torch.device("cpu")
+    )
+    assert explicit.buckets and explicit.compile == "inductor"
+
+
+def test_config_errors_name_the_key() -> None:
+    with pytest.raises(ConfigError, match="backend.batch_buckets"):
+        BackendConfig(batch_buckets=(0, 8))
+    with pytest.raises(ConfigError, match="backend.dtype='float16'"):
+        resolve_plan(BackendConfig(dtype="float16", compile="jit"), torch.device("cpu"))
+    with pytest.raises(ConfigError, match="backend.compile='none'"):
+        resolve_plan(BackendConfig(dtype="bfloat16", compile="none"), torch.device("cpu"))
+
+
+def test_next_threads_grows_into_idle_cores_and_gives_them_back() -> None:
+    assert next_threads(1, idle_cores=1.0, max_threads=2) == 2
+    assert next_threads(2, idle_cores=1.0, max_threads=2) == 2  # capped
+    assert next_threads(2, idle_cores=0.1, max_threads=2) == 1
+    assert next_threads(1, idle_cores=0.0, max_threads=2) == 1  # never below one
+    assert next_threads(2, idle_cores=0.5, max_threads=4) == 2  # in between: stay
+
+
+def test_idle_cores_reads_idle_and_iowait_ticks(tmp_path: Path) -> None:
+    import os
+    import time
+
+    stat = tmp_path / "stat"
+    hz = os.sysconf("SC_CLK_TCK")
+    stat.write_text("cpu  100 0 50 1000 10 0 0 0 0 0\ncpu0 1 2 3\n")
+    idle = IdleCores(stat)
+    time.sleep(0.2)
+    # 0.3 s of idle + iowait ticks over the >= 0.2 s (and, on any machine, < 5 s) since.
+    stat.write_text(f"cpu  100 0 50 {1000 + 0.2 * hz:.0f} {10 + 0.1 * hz:.0f} 0 0 0 0 0\n")
+    got = idle.sample()
+    assert got is not None and 0.3 / 5 < got <= 0.3 / 0.2
+    assert IdleCores(tmp_path / "missing").sample() is None
+
+
+@pytest.fixture(scope="module")
+def inductor(torch_one_thread: None) -> Iterator[TorchBackend]:
+    """One inductor backend (buckets 4 and 8) with version 0 of ``trained_blob(10)`` loaded:
+    compiled once for the module (a compile of the tiny net takes seconds to a minute)."""
+    backend = TorchBackend(
+        NET, BackendConfig(device="cpu", compile="inductor", dtype="float32", batch_buckets=(4, 8))
+    )
+    asyncio.run(backend.start())
+    asyncio.run(backend.load(0, trained_blob(10)))
+    yield backend
+    asyncio.run(backend.aclose())
+
+
+async def check_sizes(backend: TorchBackend, version: int, blob: bytes) -> None:
+    for rows in (1, 3, 4, 7, 8, 19):  # exact, padded, and chunked above the last bucket
+        obs = positions(rows, seed=rows)
+        logits, value = await backend.infer(version, obs)
+        want_l, want_v = eager(blob, obs)
+        assert logits.shape == (rows, NET.num_actions) and value.shape == (rows,)
+        np.testing.assert_allclose(logits, want_l, rtol=RTOL, atol=1e-5)
+        np.testing.assert_allclose(value, want_v, rtol=RTOL, atol=1e-5)
+
+
+@pytest.mark.parametrize(("compile_", "buckets"), [("none", ()), ("jit", ()), ("jit", (4, 8))])
+async def test_paths_match_eager_on_every_batch_size(
+    compile_: str, buckets: tuple[int, ...]
+) -> None:
+    backend = TorchBackend(
+        NET,
+        BackendConfig(device="cpu", compile=compile_, dtype="float32", batch_buckets=buckets),  # type: ignore[arg-type]
+    )
+    await backend.start()
+    try:
+        blob = trained_blob(5)
+        await backend.load(0, blob)
+        await check_sizes(backend, 0, blob)
+    finally:
+        await backend.aclose()
+
+
+async def test_inductor_matches_eager_on_every_batch_size(inductor: TorchBackend) -> None:
+    await check_sizes(inductor, 0, trained_blob(10))
+
+
+async def test_inductor_swaps_weights_on_one_graph_without_recompiling(
+    inductor: TorchBackend,
+) -> None:
+    """Versions after the first reuse the compiled graph: a new version's batches give that
+    version's outputs, the old version keeps serving its own meanwhile, and nothing compiles
+    (the graph's ``fail_on_recompile`` stance would raise)."""
+    from torch._dynamo.utils import counters
+
+    compiled = counters["stats"]["unique_graphs"]
+    blobs = {v: trained_blob(10 + v) for v in range(3)}
+    obs = positions(8, seed=2)
+    # Loads of versions 1 and 2 run while version 0 keeps computing batches.
+    serving = asyncio.gather(*[inductor.infer(0, obs) for _ in range(20)])
+    await inductor.load(1, blobs[1])
+    await inductor.load(2, blobs[2])
+    for logits, _ in await serving:
+        np.testing.assert_allclose(logits, eager(blobs[0], obs)[0], rtol=RTOL, atol=1e-5)
+    for v in (1, 2):
+        await check_sizes(inductor, v, blobs[v])
+    assert counters["stats"]["unique_graphs"] == compiled, "a later version recompiled"
+    assert inductor.version_bytes(1) > 0
+    await inductor.unload(1)
+    await inductor.unload(2)
+
+
+async def test_bad_weights_are_refused_and_the_backend_keeps_serving(
+    inductor: TorchBackend,
+) -> None:
+    from azserve.model.spec import NetConfig
+    from azserve.model.weights import state_dict_to_bytes
+
+    other = build_net(NetConfig(in_channels=2, height=3, width=3, num_actions=9, channels=4))
+    with pytest.raises(WeightsError):
+        await inductor.load(1, state_dict_to_bytes(other.state_dict()))
+    logits, _ = await inductor.infer(0, positions(4))
+    assert logits.shape == (4, NET.num_actions)
+    assert inductor.versions() == [0]
+
+
+async def test_server_swaps_a_compiled_model_under_load(
+    make_server: MakeServer, make_client: MakeClient, make_control: MakeControl, ref: Reference
+) -> None:
+    """Through the real server and sockets: a compiled backend serves version 0 while version 1
+    loads; after the ack, version 1's rows are its own net's and pinned version 0 keeps its
+    own; the status reports the compiled plan. (The same graph as the module's backend: the
+    compile is answered from inductor's cache.)"""
+    backend = TorchBackend(
+        NET, BackendConfig(device="cpu", compile="inductor", dtype="float32", batch_buckets=(4, 8))
+    )
+    server = await make_server(backend=backend, max_queue_delay_us=500)
+    ctl = await make_control(server.endpoint)
+    client = await make_client(server.endpoint)
+    obs = positions(32, seed=4)
+    stop = asyncio.Event()
+    served: dict[int, list[tuple[int, np.ndarray, float]]] = {0: [], 1: []}
+
+    async def game(i: int, version: int) -> None:
+        k = i
+        while not stop.is_set():
+            row = k % len(obs)
+            k += 5
+            logits, value = await client.evaluate(obs[row], version=version)
+            served[version].append((row, logits, value))
+
+    client.pin(0)
+    games = [asyncio.create_task(game(i, 0)) for i in range(8)]
+    await wait_for(lambda: len(served[0]) >= 50)
+    loaded = await ctl.load_weights(1, weights_blob(seed=1))
+    assert loaded.latest == 1
+    games += [asyncio.create_task(game(i, 1)) for i in range(8)]
+    await wait_for(lambda: len(served[1]) >= 50 and len(served[0]) >= 150)
+    stop.set()
+    await asyncio.gather(*games)  # any failed request raises here
+    for version, rows in served.items():
+        idx = np.array([r for r, _, _ in rows])
+        logits = np.stack([lg for _, lg, _ in rows])
+        values = np.array([v for _, _, v in rows], np.float32)
+        assert ref.rows_matching(obs[idx], logits, values, seed=version).all()
+    status = await ctl.status()
+    assert status["backend"]["compile"] == "inductor" and status["backend"]["buckets"] == [4, 8]
+    client.unpin(0)
+
+
+def test_train_chooses_following_threads_by_default() -> None:
+    from azserve.app.schema import TrainConfig
+    from azserve.app.train import server_threads
+
+    assert TrainConfig().server_threads == 0
+    assert server_threads(0) == {"threads": 1, "auto_threads": True}
+    assert server_threads(2) == {"threads": 2, "auto_threads": False}
