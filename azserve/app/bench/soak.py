@@ -168,6 +168,8 @@ MEASURED = {
         "the server's per-client reply queues, except through its RSS",
         "the actors' own view of latency (EvalClient round trips, including coalescing and "
         "resends): not in their status line",
+        "the actors' evaluation cache: off (actors.cache_mb=0) unless --set turns it on, as "
+        "its fill up to its bound would read as RSS growth",
         "requests the EvalClient resent (not in the status line): they show only as server "
         "rows per actor evaluation above 1",
     ],
@@ -178,7 +180,9 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     timing = Timing.from_args(args)
     cfg = load_cfg(args.config, args.overrides)
     per = games_per_process(args.games, cfg.actors.processes)
-    overrides = [*args.overrides, f"actors.games={per}"]
+    # The evaluation cache off unless asked for: a bounded cache filling up to actors.cache_mb
+    # would read as RSS growth and hide (or fake) a leak.
+    overrides = ["actors.cache_mb=0", *args.overrides, f"actors.games={per}"]
     with _workdir(args.keep_dir) as tmp:
         ns = argparse.Namespace(config=args.config, learner=True, duration=timing.duration_s)
         work = tmp / "run"
