@@ -308,6 +308,11 @@ class RayEngine:
             out[name] = ip
         return out
 
+    def role_hosts(self) -> dict[str, str]:
+        """``server-NAME``/``learner`` -> the IP of the node chosen for it (after
+        ``addresses``): roles on one machine share its filesystem, and so the run dir."""
+        return {name: node["NodeManagerAddress"] for name, node in self._chosen.items()}
+
     def group_hosts(self) -> dict[str, tuple[str, ...]]:
         return {g.name: ("",) for g in self.spec.actors}
 

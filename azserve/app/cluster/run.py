@@ -51,8 +51,8 @@ def make_engine(spec: ClusterSpec, run_dir: Path, run_id: str) -> Any:
 def build_plan(spec: ClusterSpec, cfg: Config, run_dir: Path, engine: Any) -> list[RoleProc]:
     """The processes of the run, with the addresses the engine knows."""
     hosts = engine.group_hosts()
-    addresses = engine.addresses()
-    placed = engine.role_hosts() if hasattr(engine, "role_hosts") else None
+    addresses = engine.addresses()  # under Ray this chooses the nodes role_hosts reports
+    placed = engine.role_hosts()
     return make_plan(spec, cfg, str(run_dir.resolve()), addresses, hosts, _auth(spec), placed)
 
 
