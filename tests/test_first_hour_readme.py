@@ -34,7 +34,10 @@ BLOCK = re.compile(r"^```(\w*)\n(.*?)^```\s*$", re.M | re.S)
 RUN = {"sh", "python"}
 SHOWN = {"text"}
 LINKED = (".venv", "Makefile", "configs", "data", "scripts", "tests")
+# The blocks' commands as written, on a small budget; no inductor compile of the Connect Four
+# net (a minute or more with a cold cache: a start-up cost tests/test_compiled.py covers).
 BUDGET = (
+    "backend.compile=none "
     "train.steps=3 train.eval_every_s=0 actors.games=16 mcts.num_simulations=4 "
     "replay.min_size=64 trainer.batch_size=32 eval.sims=0 eval.match_games=2 eval.match_sims=2 "
     "eval.c4_limit=8 server.status_interval_s=0"
@@ -88,7 +91,12 @@ class Sandbox:
                 start_new_session=True,
             )
             self.groups.append(p.pid)
-            code = p.wait(timeout=150)
+            try:
+                code = p.wait(timeout=150)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)  # nothing of a stuck block outlives the test
+                p.wait()
+                raise
         text = log.read_text(errors="replace")
         assert code == 0, f"README block {i} ({lang}) exited {code}:\n{body}\n--- output:\n{text}"
         assert "Traceback" not in text, f"README block {i}:\n{text}"
