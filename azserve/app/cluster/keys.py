@@ -87,30 +87,27 @@ def distribute(spec: ClusterSpec, engine: Any, procs: list[Any]) -> list[str]:
     for p in procs:
         if p.role == "actors":
             actor_hosts.setdefault(p.host, p.config.client.server)
-    copies: list[tuple[str, str, str]] = []  # (file name, from host, to host + dir)
+    # (file name, from host, to host, subdirectory of the keys dir there)
+    copies: list[tuple[str, str, str, str]] = []
     for host in actor_hosts:
-        name = f"{actor_key(host, '')}.key"
-        for dest in {s.host for s in servers} | {learner.host}:
-            copies.append((name, host, f"{dest}\0authorized"))
+        for dest in sorted({s.host for s in servers} | {learner.host}):
+            copies.append((f"{actor_key(host, '')}.key", host, dest, "authorized"))
     for s in servers:
         users = {h for h, ep in actor_hosts.items() if ep == s.endpoint}
-        for dest in users | {learner.host}:
-            copies.append((f"{s.name}.key", s.host, f"{dest}\0"))
-    for dest in {s.host for s in servers} | set(actor_hosts):
-        copies.append(("learner.key", learner.host, f"{dest}\0"))
+        for dest in sorted(users | {learner.host}):
+            copies.append((f"{s.name}.key", s.host, dest, ""))
+    for dest in sorted({s.host for s in servers} | set(actor_hosts)):
+        copies.append(("learner.key", learner.host, dest, ""))
     done: list[str] = []
     cache: dict[tuple[str, str], bytes] = {}
-    for name, src, target in copies:
-        dest, sub = target.split("\0")
+    for name, src, dest, sub in copies:
         if dest == src and not sub:
             continue  # the host made it: already in place
-        key = (src, name)
-        if key not in cache:
+        if (src, name) not in cache:
             path = keys_dir(spec, src) / name
-            cache[key] = _checked(_read(engine, src, path), path, src)
-        k = keys_dir(spec, dest)
-        _write(engine, dest, k / sub / name if sub else k / name, cache[key])
-        done.append(f"{(Path(sub) / name) if sub else name}: {src} -> {dest}")
+            cache[(src, name)] = _checked(_read(engine, src, path), path, src)
+        _write(engine, dest, keys_dir(spec, dest) / sub / name, cache[(src, name)])
+        done.append(f"{Path(sub) / name}: {src} -> {dest}")
     return done
 
 
