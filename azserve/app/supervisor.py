@@ -24,6 +24,9 @@ class Child:
     log_offset: int | None = None
     """Size of the log when this run first started the child (logs append across runs)."""
 
+    stdin = subprocess.DEVNULL
+    """The child's stdin (``subprocess.PIPE`` for a watchdog's command channel)."""
+
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
@@ -34,7 +37,7 @@ class Child:
             stdout=log,
             stderr=subprocess.STDOUT,
             env=self.env,
-            stdin=subprocess.DEVNULL,
+            stdin=self.stdin,
             start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops children in order
         )
         log.close()

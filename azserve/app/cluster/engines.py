@@ -46,22 +46,12 @@ class CommandChild(Child):
     for ``local``). Its stdin is the watchdog's command channel: ``send`` writes a signal name,
     and closing it (the launcher exiting) stops the process."""
 
+    stdin = subprocess.PIPE
+
     def start(self) -> None:
         if self.proc is not None and self.proc.stdin is not None:
             self.proc.stdin.close()  # a restart: the exited watchdog's channel
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
-        if self.log_offset is None:
-            self.log_offset = log.tell()
-        self.proc = subprocess.Popen(
-            self.argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-            stdin=subprocess.PIPE,
-            start_new_session=True,
-        )
-        log.close()
+        super().start()
 
     def send(self, sig: int) -> None:
         if self.proc is None or self.proc.poll() is not None or self.proc.stdin is None:
