@@ -23,7 +23,7 @@ DAEMONS = ("munged", "slurmctld", "slurmd")
 def unavailable() -> str | None:
     if os.geteuid() != 0:
         return "Slurm's daemons need root"
-    missing = [d for d in (*DAEMONS, "salloc", "srun") if shutil.which(d) is None]
+    missing = [d for d in (*DAEMONS, "munge", "salloc", "srun") if shutil.which(d) is None]
     if missing:
         return f"Slurm is not installed ({', '.join(missing)} missing: scripts/system_deps.sh)"
     if not Path("/etc/munge/munge.key").exists():
@@ -73,10 +73,14 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
     for d in ("/run/munge", "/var/log/munge", "/var/lib/munge"):
         Path(d).mkdir(parents=True, exist_ok=True)
     started: list[int] = []
-    munge_socket = Path("/run/munge/munge.socket.2")
-    if not munge_socket.exists():
-        subprocess.run(["munged", "--force"], check=True, capture_output=True)
+    # A socket file alone proves nothing: a munged killed without its clean-up (a machine's
+    # earlier session, a container snapshot) leaves it behind, and every credential then fails
+    # with "Connection refused". Ask the daemon for one; start our own where none answers.
+    if not _munge_answers():
+        subprocess.run(["munged", "--force", "--num-threads=4"], check=True, capture_output=True)
         started.append(_pid_of("munged"))
+        if not _munge_answers():
+            pytest.fail("munged started but does not answer `munge -n` (see /var/log/munge)")
     subprocess.run(["slurmctld", "-f", str(conf)], check=True, env=env, capture_output=True)
     subprocess.run(["slurmd", "-f", str(conf)], check=True, env=env, capture_output=True)
     try:
@@ -106,6 +110,14 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
             except OSError:
                 pass
         time.sleep(1)
+
+
+def _munge_answers() -> bool:
+    try:
+        r = subprocess.run(["munge", "-n"], capture_output=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return False
+    return r.returncode == 0
 
 
 def _pid_of(name: str) -> int:
