@@ -156,3 +156,21 @@ def test_runs_without_evaluations_give_figures_and_no_image(tmp_path: Path) -> N
     assert figures["short"]["learner_steps"] == 0 and "policy" not in figures["short"]
     assert (tmp_path / "compare.json").is_file() and not (tmp_path / "curves.png").exists()
     assert "-" in format_table(figures).splitlines()[1]
+
+
+def test_compare_from_the_command_line_takes_names_and_files(tmp_path: Path) -> None:
+    """The CLI path (several --config, a shipped name among them) on two finished runs: they
+    are scored and drawn, not trained again."""
+    from azserve.app.cli import main
+
+    sets = ["eval.sims=2", "eval.match_games=2"]
+    for label, path in (("tictactoe", TTT), ("tictactoe-gumbel", TTT_GUMBEL)):
+        fake_run(tmp_path / label, load_config(path, sets), 1)
+    argv = ["compare", "--config", "tictactoe", "--config", str(TTT_GUMBEL), "--minutes", "1"]
+    argv += ["--run-dir", str(tmp_path), "--no-progress"]
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 0
+    figures = json.loads((tmp_path / "compare.json").read_text())
+    assert sorted(figures) == ["tictactoe", "tictactoe-gumbel"]
+    assert all(f["mcts_step"] == 10 for f in figures.values())

@@ -224,8 +224,11 @@ def _resolve_paths(args: argparse.Namespace) -> None:
     """Shipped config names and checkpoint directories become the files they stand for."""
     from azserve.app.presets import resolve_config
 
-    if getattr(args, "config", None):
-        args.config = resolve_config(args.config)
+    config = getattr(args, "config", None)
+    if isinstance(config, list):  # compare: one per candidate
+        args.config = [resolve_config(c) for c in config]
+    elif config:
+        args.config = resolve_config(config)
     if getattr(args, "checkpoint", None):
         args.checkpoint = newest_checkpoint_in(args.checkpoint)
     # Popped: the processes a command starts get their config resolved, not these again.
