@@ -44,10 +44,15 @@ class ActorsConfig:
     """Base seed; each process and game coroutine derives its own stream."""
     metrics_port: int = 0
     """Prometheus endpoint base port: actor process *i* uses this + *i* (0 = off)."""
+    metrics_index: int = -1
+    """The *i* of ``metrics_port``: -1 takes the number the process's ``--id`` ends in
+    (``azserve train``'s ``actor-i``); ``azserve launch`` numbers the processes of each host."""
     metrics_host: str = "127.0.0.1"
     """Address of the metrics endpoints (loopback by default)."""
 
     def __post_init__(self) -> None:
+        if self.metrics_index < -1:
+            raise ConfigError(f"actors.metrics_index: must be >= -1, got {self.metrics_index}")
         if self.max_outbox < 1:
             raise ConfigError(f"actors.max_outbox: must be >= 1, got {self.max_outbox}")
         if not 0 < self.resend_after_s <= self.max_resend_after_s:

@@ -60,7 +60,7 @@ async def run_actors(
     Endpoints (``client_cfg.server``, ``actors.learner``) must be resolved."""
     # A fresh suffix per process lifetime: a restarted actor counts game ids from 0 again, and
     # the learner drops (actor, game_id) pairs it has seen.
-    port = metrics_port(actors.metrics_port, actor_id)
+    port = metrics_port(actors.metrics_port, actor_id, actors.metrics_index)
     actor_id = f"{actor_id or socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     if stop is None:
         stop = stop_on_signals()

@@ -63,10 +63,12 @@ async def sample_loop_lag(lag: Histogram, period_s: float = 0.1) -> None:
         lag.observe(max(0.0, time.monotonic() - t0 - period_s))
 
 
-def metrics_port(base: int, actor_id: str | None) -> int:
-    """Actor process *i* (``--id actor-i``, as ``azserve train`` names them) exports on
-    ``base + i``; another id on ``base`` (0: off)."""
+def metrics_port(base: int, actor_id: str | None, index: int = -1) -> int:
+    """``base + index`` (0: off); where ``index`` is -1, actor process *i* (``--id actor-i``,
+    as ``azserve train`` names them) exports on ``base + i``, another id on ``base``."""
     if not base:
         return 0
+    if index >= 0:
+        return base + index
     m = re.search(r"(\d+)$", actor_id or "")
     return base + (int(m.group(1)) if m else 0)

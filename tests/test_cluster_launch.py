@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from actors.main import SUMMARY_TAG
+from actors.prom import metrics_port
 from azserve.app.cluster.engines import CommandEngine, remote_argv
 from azserve.app.cluster.plan import make_plan
 from azserve.app.cluster.slurm import expand_nodelist
@@ -93,6 +94,37 @@ def test_plan_derives_every_endpoint_from_the_cluster_file(tmp_path: Path) -> No
     assert "--checkpoint-dir" in by["server-gpu0"].argv
     assert "--checkpoint-dir" not in by["server-gpu1"].argv
     assert by["learner"].argv[-3:] == ("--run-dir", "/runs/x", "--resume")
+
+
+def test_actor_processes_sharing_a_host_get_their_own_metrics_ports(tmp_path: Path) -> None:
+    text = """
+engine = "ssh"
+network = "loopback"
+[[server]]
+host = "localhost"
+[learner]
+host = "localhost"
+[[actors]]
+name = "east"
+hosts = ["localhost"]
+processes = 2
+[[actors]]
+name = "west"
+hosts = ["localhost"]
+processes = 2
+"""
+    spec = load_cluster(write(tmp_path / "c.toml", text))
+    cfg = load_config(TTT, ["actors.metrics_port=9260"])
+    engine = CommandEngine(spec, tmp_path, "rid")
+    procs = make_plan(spec, cfg, "/runs/x", engine.addresses(), engine.group_hosts(), None)
+    ports = {
+        p.name: metrics_port(p.config.actors.metrics_port, p.name, p.config.actors.metrics_index)
+        for p in procs
+        if p.role == "actors"
+    }
+    # by the ids alone, actor-east-0 and actor-west-0 would both ask for 9260
+    assert ports == {"actor-east-0": 9260, "actor-east-1": 9261, "actor-west-0": 9262,
+                     "actor-west-1": 9263}  # fmt: skip
 
 
 def test_crossing_hosts_without_keys_is_refused(tmp_path: Path) -> None:

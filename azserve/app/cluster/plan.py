@@ -163,6 +163,7 @@ def make_plan(
             endpoint=learner_ep,
         )
     )
+    on_host: dict[str, int] = {}  # actor processes per host so far: their metrics ports
     for gi, g in enumerate(spec.actors):
         _, server_ep = servers[spec.server_of(gi)]
         actors: dict[str, Any] = {"learner": learner_ep, "sink": "learner"}
@@ -172,13 +173,14 @@ def make_plan(
         for host in hosts[g.name]:
             for _ in range(g.processes):
                 name = f"actor-{g.name}-{k}"
+                index = on_host[host] = on_host.get(host, -1) + 1
                 c = _resolved(
                     cfg,
                     common,
                     auth and auth(name, "actors", host, g.name, server_eps),
                     spec.insecure,
                     client={"server": server_ep},
-                    actors=actors,
+                    actors={**actors, "metrics_index": index},
                 )
                 argv = ["actors", "--config", CONFIG_PLACEHOLDER, "--id", name]
                 placement = Placement(host=host, resources=dict(g.resources))
