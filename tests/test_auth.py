@@ -6,6 +6,7 @@ overwritten without ``force`` and public-key copies never carry a secret."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,23 @@ async def test_authorized_client_is_served(
     )
     obs = positions(4)
     assert ref.matches(obs, *(await client.evaluate(obs)))
+
+
+async def test_status_command_reaches_a_curve_server_with_keys(
+    make_server: MakeServer, keys: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from azserve.app.cli import main
+
+    server = await make_server(auth=server_auth(keys))
+    argv = ["status", server.endpoint, "--server-key", str(keys / "keys" / "server.key")]
+    argv += ["--client-key", str(keys / "keys" / "actor.key_secret")]
+    assert await asyncio.to_thread(main, argv) == 0
+    assert (
+        json.loads(capsys.readouterr().out)["max_batch_size"] == server.status()["max_batch_size"]
+    )
+    # without the keys: no answer (the server drops the handshake), said in one line
+    assert await asyncio.to_thread(main, ["status", server.endpoint, "--timeout", "0.5"]) != 0
+    assert "no reply" in capsys.readouterr().err
 
 
 async def test_client_without_keys_gets_nothing(

@@ -25,7 +25,8 @@ Extra overrides may also come from the environment: AZSERVE_SET="train.steps=20 
 
 EXAMPLES = {
     "serve": "azserve serve --checkpoint runs/tictactoe",
-    "status": "azserve status tcp://127.0.0.1:5555",
+    "status": "azserve status tcp://10.0.0.2:5555 --server-key keys/server.key "
+    "--client-key keys/me.key_secret",
     "keys": "azserve keys --dir keys alice bob",
     "actors": "azserve actors --config connect4 --set client.server=tcp://10.0.0.2:5555",
     "learn": "azserve learn --config connect4 --run-dir runs/c4 --resume",
@@ -178,6 +179,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="the server's endpoint (default: $AZSERVE_SERVER, else %(default)s)",
     )
     p.add_argument("--timeout", type=float_in(0.01), default=5.0, help="seconds to wait")
+    p.add_argument(
+        "--server-key",
+        default="",
+        help="a CURVE server's public certificate (its server.key; auth.server_public_key)",
+    )
+    p.add_argument(
+        "--client-key",
+        default="",
+        help="this host's secret certificate, one the server lets in (auth.client_secret_key)",
+    )
     p.set_defaults(run=_run_status)
 
     from azserve.app import commands
@@ -213,9 +224,11 @@ def _run_serve(args: argparse.Namespace) -> int:
 def _run_status(args: argparse.Namespace) -> int:
     import json
 
+    from azserve.auth import AuthConfig
     from azserve.sync_client import SyncClient
 
-    with SyncClient(args.endpoint, timeout_s=args.timeout) as c:
+    auth = AuthConfig(server_public_key=args.server_key, client_secret_key=args.client_key)
+    with SyncClient(args.endpoint, timeout_s=args.timeout, auth=auth) as c:
         print(json.dumps(c.status(), indent=1))
     return 0
 
