@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from azserve.backends.base import BackendConfig
-from azserve.backends.threads import IdleCores, next_threads
+from azserve.backends.threads import IdleCores, next_threads, thread_steps
 from azserve.backends.torch_backend import TorchBackend
 from azserve.backends.torch_program import chunks, resolve_plan
 from azserve.errors import ConfigError, WeightsError
@@ -107,11 +107,19 @@ def test_config_errors_name_the_key() -> None:
 
 
 def test_next_threads_grows_into_idle_cores_and_gives_them_back() -> None:
-    assert next_threads(1, idle_cores=1.0, max_threads=2) == 2
-    assert next_threads(2, idle_cores=1.0, max_threads=2) == 2  # capped
-    assert next_threads(2, idle_cores=0.1, max_threads=2) == 1
-    assert next_threads(1, idle_cores=0.0, max_threads=2) == 1  # never below one
-    assert next_threads(2, idle_cores=0.5, max_threads=4) == 2  # in between: stay
+    two = thread_steps(2)
+    assert two == (1, 2) and thread_steps(1) == (1,)
+    assert thread_steps(16) == (1, 2, 4, 8, 16) and thread_steps(12) == (1, 2, 4, 8, 12)
+    assert next_threads(1, idle_cores=1.0, steps=two) == 2
+    assert next_threads(2, idle_cores=1.0, steps=two) == 2  # capped
+    assert next_threads(2, idle_cores=0.1, steps=two) == 1
+    assert next_threads(1, idle_cores=0.0, steps=two) == 1  # never below one
+    many = thread_steps(16)
+    assert next_threads(2, idle_cores=0.5, steps=many) == 2  # in between: stay
+    assert next_threads(2, idle_cores=1.0, steps=many) == 2  # 2 -> 4 needs about two cores
+    assert next_threads(2, idle_cores=1.8, steps=many) == 4
+    assert next_threads(8, idle_cores=0.1, steps=many) == 4
+    assert next_threads(3, idle_cores=0.5, steps=many) == 2  # off the steps: the one below
 
 
 def test_idle_cores_reads_idle_and_iowait_ticks(tmp_path: Path) -> None:
@@ -197,6 +205,49 @@ async def test_inductor_swaps_weights_on_one_graph_without_recompiling(
     assert inductor.version_bytes(1) > 0
     await inductor.unload(1)
     await inductor.unload(2)
+
+
+class ScriptedIdle:
+    """Idle-core readings in a given order (the test is about the graphs, not /proc/stat)."""
+
+    def __init__(self, readings: list[float]) -> None:
+        self.readings = readings
+
+    def sample(self) -> float:
+        return self.readings.pop(0)
+
+
+async def test_following_idle_cores_switches_threads_on_compiled_graphs(
+    torch_one_thread: None,
+) -> None:
+    """A compiled graph is specialised to its thread count: a backend that follows the idle
+    cores makes one set per count before serving, and then moves between them (1 -> 2 -> 1 ->
+    2) with the same outputs and no compile on the hot path (``fail_on_recompile`` would
+    raise)."""
+    from torch._dynamo.utils import counters
+
+    backend = TorchBackend(
+        NET,
+        BackendConfig(
+            device="cpu", compile="inductor", dtype="float32", batch_buckets=(4, 8),
+            auto_threads=True, max_threads=2,
+        ),
+    )  # fmt: skip
+    await backend.start()
+    try:
+        blob = trained_blob(7)
+        await backend.load(0, blob)
+        compiled = counters["stats"]["unique_graphs"]
+        backend._idle = ScriptedIdle([1.0, 0.0, 1.0])  # type: ignore[assignment]
+        seen = []
+        for _ in range(3):
+            backend._next_look = 0.0  # look at every batch
+            await check_sizes(backend, 0, blob)
+            seen.append(backend.status()["threads"])
+        assert seen == [2, 1, 2]
+        assert counters["stats"]["unique_graphs"] == compiled, "a thread switch recompiled"
+    finally:
+        await backend.aclose()
 
 
 async def test_bad_weights_are_refused_and_the_backend_keeps_serving(

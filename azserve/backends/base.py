@@ -30,8 +30,9 @@ class BackendConfig:
     ``auto_threads``, the count it starts with."""
     auto_threads: bool = False
     """torch on CPU: follow the idle cores of the machine: every ``threads_interval_s`` the
-    compute thread adds a thread when about a core is idle and drops one when none is, between
-    1 and ``max_threads``."""
+    compute thread steps up when the idle cores cover the next count and down when none is
+    idle, among 1, 2, 4, ... and ``max_threads`` (a compiled path compiles each count's graphs
+    before serving)."""
     max_threads: int = 0
     """torch on CPU with ``auto_threads``: most intra-op threads (0 = the machine's cores)."""
     threads_interval_s: float = 5.0

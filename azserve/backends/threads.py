@@ -19,14 +19,29 @@ SHRINK_IDLE = 0.25
 """Idle cores below which a thread is given back (the machine is oversubscribed)."""
 
 
-def next_threads(current: int, idle_cores: float, max_threads: int) -> int:
-    """The thread count after one look: ``current`` +1 when ``idle_cores`` >= ``GROW_IDLE``,
-    -1 when below ``SHRINK_IDLE``, always within ``[1, max_threads]``."""
-    if idle_cores >= GROW_IDLE and current < max_threads:
-        return current + 1
-    if idle_cores < SHRINK_IDLE and current > 1:
-        return current - 1
-    return max(1, min(current, max_threads))
+def thread_steps(max_threads: int) -> tuple[int, ...]:
+    """The counts the rule moves between: 1, 2, 4, ... doubling, and ``max_threads``. A
+    compiled graph is specialised to its thread count (inductor's OpenMP loops fix it when they
+    are generated, and torch.compile guards on it), so each count costs a set of graphs
+    compiled before serving: doubling keeps that set small on a many-core host."""
+    steps = [1]
+    while steps[-1] * 2 < max_threads:
+        steps.append(steps[-1] * 2)
+    if max_threads > 1:
+        steps.append(max_threads)
+    return tuple(steps)
+
+
+def next_threads(current: int, idle_cores: float, steps: tuple[int, ...]) -> int:
+    """The thread count after one look, one of ``steps`` (``thread_steps``): the next one up
+    when the idle cores cover the step (``GROW_IDLE`` of a core short of it at most), the next
+    one down when fewer than ``SHRINK_IDLE`` cores were idle, else ``current``'s step."""
+    i = max([k for k, n in enumerate(steps) if n <= current], default=0)
+    if i + 1 < len(steps) and idle_cores >= steps[i + 1] - steps[i] - (1 - GROW_IDLE):
+        return steps[i + 1]
+    if idle_cores < SHRINK_IDLE and i > 0:
+        return steps[i - 1]
+    return steps[i]
 
 
 def machine_cores() -> int:

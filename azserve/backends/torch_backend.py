@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from azserve.backends.base import Backend, BackendConfig
-from azserve.backends.threads import IdleCores, machine_cores, next_threads
+from azserve.backends.threads import IdleCores, machine_cores, next_threads, thread_steps
 from azserve.backends.torch_program import Plan, Weights, chunks, make_program, resolve_plan
 from azserve.errors import VersionUnavailable, WeightsError
 from azserve.model.device import resolve_device
@@ -76,15 +76,17 @@ class TorchBackend(Backend):
         self._host: dict[int, list[torch.Tensor]] = {}  # bucket -> free (pinned) host buffers
         self._copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.threads = cfg.threads
-        self._max_threads = cfg.max_threads or machine_cores()
+        # Thread counts matter on the CPU only (on CUDA torch's threads run no inference).
+        self._follow = cfg.auto_threads and self.device.type == "cpu"
+        self._steps = thread_steps(cfg.max_threads or machine_cores()) if self._follow else ()
         self._idle: IdleCores | None = None
         self._next_look = 0.0
 
     async def start(self) -> None:
         if self._compute is not None:
             raise RuntimeError("TorchBackend already started")
-        if self.cfg.auto_threads:
-            self.threads = max(1, min(self.threads or 1, self._max_threads))
+        if self._follow:
+            self.threads = max(n for n in self._steps if n <= max(1, self.threads))
             self._idle = IdleCores()
             self._next_look = time.monotonic() + self.cfg.threads_interval_s
         # torch's thread count is per OS thread (OpenMP): set it in the compute thread itself.
@@ -144,19 +146,28 @@ class TorchBackend(Backend):
         graph trees run eagerly once, record, then replay), so the first real batch pays no
         compile, capture or allocation."""
         t0 = time.monotonic()
+        # A compiled graph holds the thread count it was made with: one set per count that
+        # following the idle cores may switch to, all made here, before serving.
+        counts = self._steps if self.plan.compile == "inductor" and self._steps else (0,)
+        self._program.expect_graphs(len(self.plan.buckets or (1,)) * len(counts))
         with torch.inference_mode():
-            for b in self.plan.buckets or (1,):
-                for _ in range(3 if self.plan.cuda_graphs else 1):
-                    self._forward(
-                        runner, self._stage(np.zeros((b, *self.net_cfg.obs_shape), np.uint8))
-                    )
+            for n in counts:
+                if n:
+                    torch.set_num_threads(n)
+                for b in self.plan.buckets or (1,):
+                    for _ in range(3 if self.plan.cuda_graphs else 1):
+                        self._forward(
+                            runner, self._stage(np.zeros((b, *self.net_cfg.obs_shape), np.uint8))
+                        )
+        self._set_threads()  # this (loader) thread back to its own count
         if self.cuda:
             torch.cuda.synchronize(self.device)
         self._program.warmed()
         self._warm = True
         log.info(
-            "torch backend warm: %d bucket(s) in %.1f s",
+            "torch backend warm: %d bucket(s)%s in %.1f s",
             len(self.plan.buckets) or 1,
+            f" x threads {list(counts)}" if counts != (0,) else "",
             time.monotonic() - t0,
         )
 
@@ -199,7 +210,7 @@ class TorchBackend(Backend):
         idle = self._idle.sample()
         if idle is None:
             return
-        threads = next_threads(self.threads, idle, self._max_threads)
+        threads = next_threads(self.threads, idle, self._steps)
         if threads != self.threads:
             log.info("compute threads %d -> %d (%.2f cores idle)", self.threads, threads, idle)
             self.threads = threads

@@ -151,6 +151,9 @@ class Program(abc.ABC):
     def __call__(self, weights: Weights, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x ``[B, C, H, W]`` (the plan's dtype, on the device) -> (logits ``[B, A]``, value ``[B]``)."""
 
+    def expect_graphs(self, n: int) -> None:  # noqa: B027 - only a compiled path has graphs
+        """``n`` graphs (buckets x thread counts) will be made during the warm-up."""
+
     def warmed(self) -> None:  # noqa: B027 - only a compiled path has anything to lock
         """Every bucket has run once: from now on nothing may compile."""
 
@@ -214,6 +217,13 @@ class InductorProgram(Program):
     def __call__(self, weights: Weights, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.compiler.set_stance(self._stance):  # type: ignore[arg-type]
             return self._fn(weights, x)  # type: ignore[no-any-return]
+
+    def expect_graphs(self, n: int) -> None:
+        # torch.compile keeps a few graphs per function (8) and falls back to eager above
+        # that; a graph per bucket and thread count must all stay.
+        import torch._dynamo.config as dynamo_config
+
+        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, n + 1)
 
     def warmed(self) -> None:
         self._stance = "fail_on_recompile"
