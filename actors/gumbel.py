@@ -24,7 +24,7 @@ from math import exp, log
 import numpy as np
 
 from actors.games.base import Game, State
-from actors.mcts import Evaluate, MCTSConfig, SearchResult, _backup, _masked_softmax, _Node
+from actors.mcts import Evaluate, MCTSConfig, SearchResult, _backup, _expand, _Node
 
 _LOW_LOGIT = -1e9
 """mctx's floor for ``g + logits + sigma`` (keeps an only-considered action selectable)."""
@@ -258,21 +258,8 @@ class GumbelSearch:
             i = _interior_action(node, cfg.c_visit, cfg.c_scale)  # type: ignore[arg-type]
 
     def _expand(self, node: _GNode, logits: np.ndarray, value: float) -> None:
-        """Give ``node`` its children (priors from ``logits``) and count its own evaluation."""
-        if logits.shape != (self.game.num_actions,):
-            raise ValueError(
-                f"evaluate returned logits of shape {logits.shape}, "
-                f"expected ({self.game.num_actions},)"
-            )
-        actions = self.game.legal_actions(node.state)
-        k = len(actions)
-        node.actions = actions
-        node.p = _masked_softmax(logits, actions)
-        node.n = [0] * k
-        node.w = [0.0] * k
-        node.children = [None] * k
-        node.visits += 1
-        node.value_sum += float(value)
+        """``mcts._expand``, keeping the network's value too."""
+        _expand(self.game, node, logits, value)
         node.raw_value = float(value)
 
     def advance(self, action: int) -> None:

@@ -291,21 +291,7 @@ class MCTS:
         )
 
     def _expand(self, node: _Node, logits: np.ndarray, value: float) -> None:
-        """Give ``node`` its children (priors from ``logits``) and count its own evaluation."""
-        if logits.shape != (self.game.num_actions,):
-            raise ValueError(
-                f"evaluate returned logits of shape {logits.shape}, "
-                f"expected ({self.game.num_actions},)"
-            )
-        actions = self.game.legal_actions(node.state)
-        k = len(actions)
-        node.actions = actions
-        node.p = _masked_softmax(logits, actions)
-        node.n = [0] * k
-        node.w = [0.0] * k
-        node.children = [None] * k
-        node.visits += 1
-        node.value_sum += float(value)
+        _expand(self.game, node, logits, value)
 
     def _set_root_priors(self, root: _Node, add_noise: bool) -> None:
         """Mix fresh Dirichlet noise into the root priors, or restore the clean ones."""
@@ -399,6 +385,23 @@ class MCTS:
             done += len(batch)
             evaluations += len(batch)
         return evaluations
+
+
+def _expand(game: Game, node: _Node, logits: np.ndarray, value: float) -> None:
+    """Give ``node`` its children (priors from ``logits``) and count its own evaluation."""
+    if logits.shape != (game.num_actions,):
+        raise ValueError(
+            f"evaluate returned logits of shape {logits.shape}, expected ({game.num_actions},)"
+        )
+    actions = game.legal_actions(node.state)
+    k = len(actions)
+    node.actions = actions
+    node.p = _masked_softmax(logits, actions)
+    node.n = [0] * k
+    node.w = [0.0] * k
+    node.children = [None] * k
+    node.visits += 1
+    node.value_sum += float(value)
 
 
 def _backup(path: list[tuple[_Node, int]], value: float, vl: float) -> None:
