@@ -155,11 +155,25 @@ async def play_game(
     mcts = make_search(game, mcts_cfg, rng)
     capped = mcts_cfg.full_search_fraction < 1.0
     with client.pin_latest() as version:
-        evaluate = (
+        ask = (
             cache.evaluator(client.evaluate, version)
             if cache is not None
             else lambda obs: client.evaluate(obs, version)  # binds the pin
         )
+        # Counted as the leaves are asked for, so that the status line's rates are steady:
+        # the games start together, and counts at the end of each search came in bursts of
+        # every game's search at once. After each search the simulations are set right.
+        one = len(game.obs_shape)
+        asked = 0
+
+        def evaluate(obs: np.ndarray) -> Any:
+            nonlocal asked
+            n = 1 if obs.ndim == one else len(obs)
+            asked += n
+            stats.evaluations += n
+            stats.simulations += n
+            return ask(obs)
+
         state = game.initial_state()
         obs, policies, movers = [], [], []
         resign_allowed = mcts.sample_resign_allowed()
@@ -173,8 +187,8 @@ async def play_game(
             mcts, res = await search_on_version(
                 mcts, state, evaluate, version_wait_s, stats, sims, noise
             )
-            stats.simulations += sims
-            stats.evaluations += res.num_evaluations
+            stats.simulations += sims - asked  # terminal leaves; the root's own evaluation
+            asked = 0
             mover = game.to_play(state)
             if mcts.should_resign(res.root_value, move, resign_allowed):
                 resigner = mover

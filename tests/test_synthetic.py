@@ -5,6 +5,7 @@ and stacked leaves, non-contiguous arrays, one message per tick."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
@@ -92,3 +93,40 @@ async def test_selfplay_on_the_synthetic_backend(
     stats = await sp.run(asyncio.Event())
     assert stats.games >= 16 and len(sink.items) >= 16
     assert stats.evaluations > 0 and stats.simulations == 8 * stats.positions + 8 * stats.resigned
+
+
+async def test_simulations_are_counted_as_the_search_goes(
+    make_server: MakeServer, make_client: MakeClient
+) -> None:
+    """The status line's rates come from counts made as leaves are asked for (a count at each
+    search's end came in bursts, the games' searches ending together), and each move still
+    adds exactly its simulations."""
+    from actors.games import make_game
+    from actors.selfplay import SelfPlayStats, play_game
+
+    server = await make_server(backend=BackendConfig(kind="synthetic"))
+    client = await make_client(server.endpoint)
+    stats = SelfPlayStats()
+    seen: list[int] = []
+
+    class Recording:
+        def pin_latest(self) -> Any:
+            return client.pin_latest()
+
+        async def evaluate(self, obs: np.ndarray, version: int) -> Any:
+            seen.append(stats.simulations)
+            return await client.evaluate(obs, version)
+
+    mcts = MCTSConfig(num_simulations=16, resign_threshold=-2.0)
+    game = await play_game(
+        make_game("tictactoe"),
+        mcts,
+        Recording(),
+        np.random.default_rng(0),
+        stats,  # type: ignore[arg-type]
+    )
+    assert stats.simulations == 16 * stats.moves and stats.moves == len(game.policy)
+    # The first search's leaves saw the count grow under them, before that search ended.
+    first = [n for n in seen if n < 16]
+    assert first == sorted(first) and len(set(first)) > 8
+    assert stats.evaluations == len(seen)
