@@ -1,0 +1,44 @@
+"""``scripts/threads_effect.py``: a server log's status lines are grouped by the thread count
+in force when they were written, weighted by the time each covers."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(
+        "threads_effect", REPO / "scripts" / "threads_effect.py"
+    )
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def status(t: str, rows: str, batch: float, busy: int) -> str:
+    return (
+        f"{t} I azserve.server: rows/s {rows}  req/s 20  batch {batch}  busy {busy}%  queued 0  "
+        "p50 1.0 ms  p99 2.0 ms  versions [0] latest 0  errors 0 dropped 0"
+    )
+
+
+def test_lines_are_grouped_by_the_thread_count_in_force() -> None:
+    mod = load_script()
+    lines = [
+        status("10:00:00", "0", 0.0, 0),  # before traffic: left out
+        status("10:00:05", "1,000", 100.0, 90),
+        "10:00:06 I azserve.backends.torch: compute threads 1 -> 2 (0.90 cores idle)",
+        status("10:00:10", "2,000", 120.0, 100),
+        status("10:00:20", "3,000", 128.0, 100),  # a 10 s window
+        "10:00:21 I azserve.backends.torch: compute threads 2 -> 1 (0.05 cores idle)",
+        status("10:00:25", "1,200", 110.0, 96),
+    ]
+    got = mod.effect(lines)
+    assert got[1]["seconds"] == 10 and got[1]["rows_per_s"] == 1100
+    assert got[1]["busy"] == 0.93 and got[1]["status_lines"] == 2
+    assert got[2]["seconds"] == 15 and got[2]["rows_per_s"] == round((5 * 2000 + 10 * 3000) / 15, 1)
+    assert got[2]["mean_batch"] == round((5 * 120 + 10 * 128) / 15, 1)
