@@ -24,7 +24,7 @@ def test_configs_exist() -> None:
 def test_every_config_loads(path: Path) -> None:
     cfg = load_config(path)
     assert isinstance(cfg, Config)
-    # Named after its game; variants (A/B candidates) add a suffix: connect4-gumbel.toml.
+    # Named after its game; variants (A/B candidates) add a suffix: connect4-puct.toml.
     assert path.stem == cfg.game or path.stem.startswith(f"{cfg.game}-")
     # The net fits the game it is configured for.
     from actors.games import make_game

@@ -97,7 +97,7 @@ def test_candidates_are_named_and_must_play_one_game() -> None:
     with pytest.raises(ConfigError, match="--label given 1 times for 2"):
         load_candidates([str(TTT), str(TTT_GUMBEL)], ["a"], [])
     with pytest.raises(ConfigError, match="plays connect4"):
-        load_candidates([str(TTT), str(REPO / "configs" / "connect4-gumbel.toml")], [], [])
+        load_candidates([str(TTT), str(REPO / "configs" / "connect4-puct.toml")], [], [])
 
 
 def fake_run(run_dir: Path, cfg, count: int) -> None:  # type: ignore[no-untyped-def]

@@ -83,6 +83,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "actors.status_interval_s": (0.0, INF),
     "actors.seed": SEED,
     "actors.metrics_port": PORT,
+    "actors.metrics_index": (-1, 65535),
     "replay.capacity": (1, 1 << 32),
     "replay.max_policy_lag": (0, 1 << 20),
     "replay.reuse_target": (1e-6, INF),
