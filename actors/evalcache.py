@@ -94,7 +94,11 @@ class EvalCache:
 
     def evaluator(self, evaluate: Evaluate, version: int) -> Callable[[np.ndarray], Any]:
         """``evaluate`` on ``version`` through the cache: one position ``[C,H,W]`` -> an
-        awaitable of (logits ``[A]``, value); stacks ``[n,C,H,W]`` pass through uncached."""
+        awaitable of (logits ``[A]``, value); stacks ``[n,C,H,W]`` pass through uncached.
+
+        A miss hands its caller ``evaluate``'s own future (no second future, no extra turn of
+        the event loop before the caller resumes); the answer is stored by a callback that runs
+        before the caller's. Callers that join a position in flight get futures of their own."""
         loop = asyncio.get_running_loop()
 
         def cached(obs: np.ndarray) -> Any:
@@ -102,39 +106,52 @@ class EvalCache:
                 return evaluate(obs, version)
             shape = self._shapes.setdefault(obs.shape, obs.shape)
             key = (version, shape, obs.dtype.char, obs.tobytes())
-            fut: asyncio.Future[Result] = loop.create_future()
             hit = self._entries.get(key)
             if hit is not None:
                 self._entries.move_to_end(key)
                 self.stats.hits += 1
+                fut: asyncio.Future[Result] = loop.create_future()
                 fut.set_result(hit)
                 return fut
             waiters = self._inflight.get(key)
             if waiters is not None:
                 self.stats.shared += 1
+                fut = loop.create_future()
                 waiters.append(fut)
                 return fut
             self.stats.misses += 1
-            # The source future stays ours: a caller cancelled (its game ended) cancels only
-            # its own future, never the evaluation other callers wait for.
-            self._inflight[key] = [fut]
-            source = asyncio.ensure_future(evaluate(obs, version))
-            source.add_done_callback(lambda src: self._arrived(key, src))
-            return fut
+            self._inflight[key] = []
+            return self._ask(evaluate, version, key, obs)
 
         return cached
 
-    def _arrived(self, key: tuple[Any, ...], source: asyncio.Future[Any]) -> None:
-        waiters = self._inflight.pop(key)
+    def _ask(
+        self, evaluate: Evaluate, version: int, key: tuple[Any, ...], obs: np.ndarray
+    ) -> asyncio.Future[Any]:
+        source = asyncio.ensure_future(evaluate(obs, version))
+        source.add_done_callback(lambda src: self._arrived(evaluate, version, key, obs, src))
+        return source
+
+    def _arrived(
+        self,
+        evaluate: Evaluate,
+        version: int,
+        key: tuple[Any, ...],
+        obs: np.ndarray,
+        source: asyncio.Future[Any],
+    ) -> None:
+        waiters = [w for w in self._inflight.pop(key) if not w.done()]
         if source.cancelled():
-            for w in waiters:
-                w.cancel()
+            # The first caller's game ended (its future was the evaluation itself): the
+            # others still wait for this position, so it is asked for again on their behalf.
+            if waiters:
+                self._inflight[key] = waiters
+                self._ask(evaluate, version, key, obs)
             return
         exc = source.exception()
         if exc is not None:
             for w in waiters:
-                if not w.done():
-                    w.set_exception(exc)
+                w.set_exception(exc)
             return
         logits, value = source.result()
         logits = np.array(logits, copy=True)
@@ -142,8 +159,7 @@ class EvalCache:
         result: Result = (logits, float(value))
         self._put(key, result)
         for w in waiters:
-            if not w.done():
-                w.set_result(result)
+            w.set_result(result)
 
     @staticmethod
     def _size(key: tuple[Any, ...], result: Result) -> int:

@@ -205,3 +205,18 @@ def test_bench_reads_the_window_from_the_status_lines() -> None:
     assert (win["entries"], win["mb"], win["evictions"]) == (400, 6.0, 8)
     assert win["evaluations_saved_per_position"] == 24.0
     assert cache_window(["no cache here"], 40.0) is None
+
+
+async def test_a_cancelled_first_caller_leaves_the_joiners_answered() -> None:
+    """The first caller awaits the evaluation's own future; if its game ends (cancelled), the
+    callers that joined it are asked for again and still get the network's answer."""
+    net, cache = FakeNet(delay=0.05), EvalCache(1 << 20)
+    ev = cache.evaluator(net, 0)
+    a, b = ev(board(3)), ev(board(3))
+    await asyncio.sleep(0.01)  # the evaluation has started
+    a.cancel()
+    rb = await b
+    want = await net._answer(board(3), 0)
+    assert np.array_equal(rb[0], want[0]) and rb[1] == want[1]
+    assert net.calls == 3 and len(cache) == 1  # a's, b's re-ask, and the check above
+    assert np.array_equal((await ev(board(3)))[0], want[0]) and net.calls == 3  # a hit now
