@@ -51,8 +51,6 @@ class ActorsConfig:
     """Address of the metrics endpoints (loopback by default)."""
 
     def __post_init__(self) -> None:
-        if self.metrics_index < -1:
-            raise ConfigError(f"actors.metrics_index: must be >= -1, got {self.metrics_index}")
         if self.max_outbox < 1:
             raise ConfigError(f"actors.max_outbox: must be >= 1, got {self.max_outbox}")
         if not 0 < self.resend_after_s <= self.max_resend_after_s:
