@@ -1,5 +1,8 @@
-/* The compiled search tree of actors.compiled_mcts: the same PUCT search as actors/mcts.py
- * (the pure-Python oracle), operation for operation, on Connect Four and tic-tac-toe bitboards.
+/* The compiled search trees of actors.compiled_mcts: the same PUCT search as actors/mcts.py
+ * and the same Gumbel search as actors/gumbel.py (the pure-Python oracles), operation for
+ * operation, on Connect Four and tic-tac-toe bitboards. One Tree type does both: a Gumbel tree
+ * (Tree(..., gumbel=True)) picks its root action by sequential halving and the children below
+ * by the improved policy; expansion, backup, rules, encoding and tree reuse are shared.
  *
  * Exactness: every score, softmax and backup is computed with the same IEEE double operations
  * in the same order as the Python code (built with -ffp-contract=off, so no fused multiply-add),
@@ -39,6 +42,7 @@ struct Node {
     double tv;
     long visits;
     double value_sum, visited_prior;
+    double raw_value;      /* the network's value of this node (Gumbel's mixed value) */
     signed char actions[MAXA];
     Edge e[];
 };
@@ -62,6 +66,14 @@ typedef struct {
     int pathlen[64];
     Step *paths; /* width * MAXD */
     long nodes;  /* live nodes, for tests */
+    /* Gumbel (gumbel != 0): the search's root state, set by gumbel_start */
+    int gumbel;
+    double c_visit, c_scale;
+    double g[MAXA];     /* the root's Gumbel noise, aligned with its edges */
+    double glog[MAXA];  /* the root's log-priors, shifted so their max is 0 */
+    long counts[MAXA];  /* this search's visits per root edge: what the schedule counts */
+    long *schedule;     /* visit count of the root edge chosen at each simulation */
+    long schedule_cap;
 } Tree;
 
 /* --- games ------------------------------------------------------------------------------- */
@@ -109,6 +121,7 @@ static Node *new_node(Tree *t, uint64_t stones, uint64_t mask, int ply, int last
     n->visits = 0;
     n->value_sum = 0.0;
     n->visited_prior = 0.0;
+    n->raw_value = 0.0;
     memcpy(n->actions, acts, (size_t)k);
     for (int j = 0; j < k; j++) {
         n->e[j].p = 0.0;
@@ -254,6 +267,7 @@ static int expand(Tree *t, Node *node, PyObject *logits, PyObject *value, double
     node->expanded = 1;
     node->visits += 1;
     node->value_sum += v;
+    node->raw_value = v;
     return 0;
 }
 
@@ -267,9 +281,160 @@ static int write_buffer(PyObject *out, Py_buffer *view, Py_ssize_t need) {
     return 0;
 }
 
+/* --- Gumbel (actors/gumbel.py's completed_q, _interior_action, _halve and _simulate) -------- */
+
+#define LOW_LOGIT -1e9 /* gumbel._LOW_LOGIT */
+#define TINY 1e-30     /* gumbel._TINY */
+#define EPSILON 1e-8   /* gumbel._EPSILON */
+
+/* sigma(completed Q) of `nd`'s edges into out[k] (gumbel.completed_q, same operations). */
+static void completed_q(const Node *nd, double c_visit, double c_scale, double *out) {
+    long total = 0, top = 0;
+    double mass = 0.0, weighted = 0.0, q[MAXA];
+    int k = nd->k, seen[MAXA];
+    for (int j = 0; j < k; j++) {
+        long ni = nd->e[j].n;
+        seen[j] = ni != 0;
+        if (ni) {
+            double qi = nd->e[j].w / (double)ni, p = nd->e[j].p;
+            double pm = p > TINY ? p : TINY;
+            total += ni;
+            mass += pm;
+            weighted += pm * qi;
+            if (ni > top) top = ni;
+            q[j] = qi;
+        }
+    }
+    double mixed = total ? (nd->raw_value + (double)total * weighted / mass) / (double)(total + 1)
+                         : nd->raw_value;
+    for (int j = 0; j < k; j++)
+        if (!seen[j]) q[j] = mixed;
+    double lo = q[0], hi = q[0];
+    for (int j = 1; j < k; j++) {
+        if (q[j] < lo) lo = q[j];
+        if (q[j] > hi) hi = q[j];
+    }
+    double span = hi - lo;
+    double scale = (c_visit + (double)top) * c_scale / (span > EPSILON ? span : EPSILON);
+    for (int j = 0; j < k; j++) out[j] = (q[j] - lo) * scale;
+}
+
+/* Deterministic selection below the root (gumbel._interior_action). */
+static int interior_action(const Node *nd, double c_visit, double c_scale) {
+    int k = nd->k, i = 0;
+    long sum = 0;
+    for (int j = 0; j < k; j++) sum += nd->e[j].n;
+    long denom = 1 + sum;
+    if (denom == 1) { /* p.index(max(p)) */
+        double best = nd->e[0].p;
+        for (int j = 1; j < k; j++)
+            if (nd->e[j].p > best) {
+                best = nd->e[j].p;
+                i = j;
+            }
+        return i;
+    }
+    double sigma[MAXA], e[MAXA];
+    completed_q(nd, c_visit, c_scale, sigma);
+    double top = sigma[0];
+    for (int j = 1; j < k; j++)
+        if (sigma[j] > top) top = sigma[j];
+    double z = 0.0;
+    for (int j = 0; j < k; j++) {
+        e[j] = nd->e[j].p * exp(sigma[j] - top);
+        z += e[j];
+    }
+    double best = -INFINITY;
+    for (int j = 0; j < k; j++) {
+        double score = e[j] / z - (double)nd->e[j].n / (double)denom;
+        if (score > best) {
+            i = j;
+            best = score;
+        }
+    }
+    return i;
+}
+
+/* The root edge of simulation t->done: among the edges with the schedule's visit count, the
+ * highest max(LOW_LOGIT, g + logits + sigma) (gumbel._halve's loop body). */
+static int gumbel_root_action(Tree *t) {
+    Node *r = t->root;
+    double sigma[MAXA], best = -INFINITY;
+    completed_q(r, t->c_visit, t->c_scale, sigma);
+    long want = t->schedule[t->done];
+    int i = -1;
+    for (int j = 0; j < r->k; j++)
+        if (t->counts[j] == want) {
+            double score = t->g[j] + t->glog[j] + sigma[j];
+            if (!(score > LOW_LOGIT)) score = LOW_LOGIT;
+            if (score > best) {
+                i = j;
+                best = score;
+            }
+        }
+    return i;
+}
+
+/* descend() of a Gumbel tree: simulations until one reaches a new non-terminal leaf (encoded
+ * into `out`: returns 1) or the budget is spent (returns 0). No virtual loss: one leaf at a
+ * time, as the schedule is sequential. */
+static int gumbel_descend(Tree *t, unsigned char *out) {
+    const double c_visit = t->c_visit, c_scale = t->c_scale;
+    Step *path = t->paths;
+    t->nbatch = 0;
+    while (t->done < t->count) {
+        int i = gumbel_root_action(t);
+        if (i < 0) {
+            PyErr_SetString(PyExc_RuntimeError, "the schedule named no considered action");
+            return -1;
+        }
+        t->counts[i] += 1;
+        Node *node = t->root;
+        int len = 0;
+        for (;;) {
+            Edge *e = &node->e[i];
+            e->n += 1;
+            node->visits += 1;
+            path[len].node = node;
+            path[len].i = i;
+            len++;
+            Node *child = e->child;
+            if (!child) {
+                child = e->child = new_child(t, node, i);
+                if (!child) {
+                    PyErr_NoMemory();
+                    return -1;
+                }
+                if (!child->has_tv) {
+                    t->leaves[0] = child;
+                    t->pathlen[0] = len;
+                    t->nbatch = 1;
+                    encode(t, child, out);
+                    return 1;
+                }
+            }
+            if (child->has_tv) {
+                child->visits += 1;
+                child->value_sum += child->tv;
+                backup(path, len, child->tv, 0.0);
+                t->done++;
+                break;
+            }
+            if (!child->expanded) {
+                PyErr_SetString(PyExc_RuntimeError, "an unexpanded interior node (reset the tree)");
+                return -1;
+            }
+            node = child;
+            i = interior_action(node, c_visit, c_scale);
+        }
+    }
+    return 0;
+}
+
 /* One round of descents: up to `width` new leaves (encoded into `out`), or none when the
  * simulation budget is spent. Terminal leaves are backed up at once, as in the Python loop. */
 static int descend(Tree *t, unsigned char *out) {
+    if (t->gumbel) return gumbel_descend(t, out);
     const double c_puct = t->c_puct, fpu_reduction = t->fpu_reduction, vl = t->vl;
     t->nbatch = 0;
     while (t->done < t->count) {
@@ -352,15 +517,20 @@ static int finish_leaf(Tree *t, int b, PyObject *logits, PyObject *value) {
 static void Tree_dealloc(Tree *t) {
     free_tree(t, t->root);
     free(t->paths);
+    free(t->schedule);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
 static int Tree_init(Tree *t, PyObject *args, PyObject *kw) {
     static char *names[] = {"game", "c_puct", "fpu_reduction", "root_fpu_reduction", "width",
-                            "virtual_loss", NULL};
+                            "virtual_loss", "gumbel", "c_visit", "c_scale", NULL};
     const char *game;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sdddid", names, &game, &t->c_puct,
-                                     &t->fpu_reduction, &t->root_fpu_reduction, &t->width, &t->vl))
+    t->gumbel = 0;
+    t->c_visit = 50.0;
+    t->c_scale = 0.1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sdddid|$pdd", names, &game, &t->c_puct,
+                                     &t->fpu_reduction, &t->root_fpu_reduction, &t->width, &t->vl,
+                                     &t->gumbel, &t->c_visit, &t->c_scale))
         return -1;
     if (strcmp(game, "connect4") == 0) {
         t->game = GAME_CONNECT4;
@@ -376,6 +546,10 @@ static int Tree_init(Tree *t, PyObject *args, PyObject *kw) {
     }
     if (t->width < 1 || t->width > 64) {
         PyErr_Format(PyExc_ValueError, "compiled MCTS: width must be in 1..64, got %d", t->width);
+        return -1;
+    }
+    if (t->gumbel && (t->width != 1 || t->vl != 0.0)) {
+        PyErr_SetString(PyExc_ValueError, "compiled Gumbel: width 1 and no virtual loss");
         return -1;
     }
     free(t->paths);
@@ -564,6 +738,126 @@ static PyObject *Tree_root_result(Tree *t, PyObject *args) {
     return PyFloat_FromDouble(r->value_sum / (double)r->visits);
 }
 
+/* gumbel_start(noise, schedule): a Gumbel search of len(schedule) simulations from the
+ * expanded root; noise is a sequence of k floats (the root's Gumbel draws) or None (zeros),
+ * schedule the visit counts of gumbel.considered_visits. */
+static PyObject *Tree_gumbel_start(Tree *t, PyObject *args) {
+    PyObject *noise, *schedule;
+    if (!PyArg_ParseTuple(args, "OO", &noise, &schedule)) return NULL;
+    Node *r = t->root;
+    if (!t->gumbel) return PyErr_Format(PyExc_RuntimeError, "not a Gumbel tree");
+    if (!r || !r->expanded) return PyErr_Format(PyExc_RuntimeError, "no expanded root");
+    int k = r->k;
+    if (noise == Py_None) {
+        for (int j = 0; j < k; j++) t->g[j] = 0.0;
+    } else {
+        PyObject *seq = PySequence_Fast(noise, "noise must be a sequence");
+        if (!seq) return NULL;
+        if (PySequence_Fast_GET_SIZE(seq) != k) {
+            Py_DECREF(seq);
+            return PyErr_Format(PyExc_ValueError, "noise of %zd values for %d children",
+                                PySequence_Fast_GET_SIZE(seq), k);
+        }
+        for (int j = 0; j < k; j++) {
+            t->g[j] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, j));
+            if (t->g[j] == -1.0 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+        }
+        Py_DECREF(seq);
+    }
+    PyObject *seq = PySequence_Fast(schedule, "schedule must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > t->schedule_cap) {
+        long *grown = (long *)realloc(t->schedule, sizeof(long) * (size_t)n);
+        if (!grown) {
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
+        t->schedule = grown;
+        t->schedule_cap = n;
+    }
+    for (Py_ssize_t s = 0; s < n; s++) {
+        t->schedule[s] = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, s));
+        if (t->schedule[s] == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    /* gumbel._logits, shifted: log(max(p, TINY)) - max */
+    double top = -INFINITY;
+    for (int j = 0; j < k; j++) {
+        double p = r->e[j].p;
+        t->glog[j] = log(p > TINY ? p : TINY);
+        if (t->glog[j] > top) top = t->glog[j];
+    }
+    for (int j = 0; j < k; j++) {
+        t->glog[j] = t->glog[j] - top;
+        t->counts[j] = 0;
+    }
+    t->count = (long)n;
+    t->done = 0;
+    t->nbatch = 0;
+    Py_RETURN_NONE;
+}
+
+/* gumbel_result(policy f32 [A], scores f64 [A], noise f64 [A], visits i64 [A], prior f32 [A])
+ * -> root value; fills the arrays as gumbel.GumbelSearch._halve builds its GumbelResult. */
+static PyObject *Tree_gumbel_result(Tree *t, PyObject *args) {
+    PyObject *objs[5];
+    Py_buffer views[5];
+    static const Py_ssize_t item[5] = {sizeof(float), sizeof(double), sizeof(double),
+                                       sizeof(int64_t), sizeof(float)};
+    if (!PyArg_ParseTuple(args, "OOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4]))
+        return NULL;
+    Node *r = t->root;
+    if (!t->gumbel) return PyErr_Format(PyExc_RuntimeError, "not a Gumbel tree");
+    if (!r || !r->expanded) return PyErr_Format(PyExc_RuntimeError, "no expanded root");
+    for (int b = 0; b < 5; b++)
+        if (write_buffer(objs[b], &views[b], item[b] * t->num_actions) < 0) {
+            while (b--) PyBuffer_Release(&views[b]);
+            return NULL;
+        }
+    float *policy = (float *)views[0].buf, *prior = (float *)views[4].buf;
+    double *scores = (double *)views[1].buf, *noise = (double *)views[2].buf;
+    int64_t *visits = (int64_t *)views[3].buf;
+    int k = r->k;
+    double sigma[MAXA], improved[MAXA], e[MAXA];
+    completed_q(r, t->c_visit, t->c_scale, sigma);
+    long most = 0;
+    double top = -INFINITY;
+    for (int j = 0; j < k; j++) {
+        improved[j] = t->glog[j] + sigma[j];
+        if (improved[j] > top) top = improved[j];
+        if (t->counts[j] > most) most = t->counts[j];
+    }
+    double z = 0.0;
+    for (int j = 0; j < k; j++) {
+        e[j] = exp(improved[j] - top);
+        z += e[j];
+    }
+    for (int a = 0; a < t->num_actions; a++) {
+        policy[a] = 0.0f;
+        scores[a] = -INFINITY;
+        noise[a] = 0.0;
+        visits[a] = 0;
+        prior[a] = 0.0f;
+    }
+    for (int j = 0; j < k; j++) {
+        int a = r->actions[j];
+        policy[a] = (float)(e[j] / z);
+        if (t->counts[j] == most) scores[a] = improved[j];
+        noise[a] = t->g[j];
+        visits[a] = r->e[j].n;
+        prior[a] = (float)r->e[j].p;
+    }
+    for (int b = 0; b < 5; b++) PyBuffer_Release(&views[b]);
+    return PyFloat_FromDouble(r->value_sum / (double)r->visits);
+}
+
 /* advance(action, reuse): the played child's expanded subtree becomes the root, or none. */
 static PyObject *Tree_advance(Tree *t, PyObject *args) {
     int action, reuse;
@@ -606,6 +900,10 @@ static PyMethodDef Tree_methods[] = {
     {"root_result", (PyCFunction)Tree_root_result, METH_VARARGS,
      "root_result(visits, prior) -> root value."},
     {"advance", (PyCFunction)Tree_advance, METH_VARARGS, "advance(action, reuse)."},
+    {"gumbel_start", (PyCFunction)Tree_gumbel_start, METH_VARARGS,
+     "gumbel_start(noise or None, schedule): a Gumbel search from the expanded root."},
+    {"gumbel_result", (PyCFunction)Tree_gumbel_result, METH_VARARGS,
+     "gumbel_result(policy, scores, noise, visits, prior) -> root value."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -618,7 +916,8 @@ static PyTypeObject TreeType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "actors._mcts_core.Tree",
     .tp_basicsize = sizeof(Tree),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Tree(game, c_puct, fpu_reduction, root_fpu_reduction, width, virtual_loss)",
+    .tp_doc = "Tree(game, c_puct, fpu_reduction, root_fpu_reduction, width, virtual_loss, *, "
+              "gumbel=False, c_visit=50.0, c_scale=0.1)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Tree_init,
     .tp_dealloc = (destructor)Tree_dealloc,
@@ -628,7 +927,7 @@ static PyTypeObject TreeType = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "actors._mcts_core",
-    "The compiled PUCT tree behind actors.compiled_mcts.CompiledMCTS.", -1, NULL,
+    "The compiled trees behind actors.compiled_mcts (CompiledMCTS, CompiledGumbel).", -1, NULL,
 };
 
 PyMODINIT_FUNC PyInit__mcts_core(void) {

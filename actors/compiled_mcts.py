@@ -1,15 +1,17 @@
-"""The compiled search: ``actors.mcts.MCTS``'s algorithm with its tree in C (``_mcts_core``).
+"""The compiled searches: PUCT (``actors.mcts.MCTS``) and Gumbel (``actors.gumbel.GumbelSearch``)
+with their trees in C (``_mcts_core``).
 
-``CompiledMCTS`` is a drop-in ``MCTS``: same constructor, same ``search``/``advance`` and the
-inherited move selection, and for the same seed and evaluator the same visit counts, values and
-priors, bit for bit (tests/test_compiled_mcts.py plays whole games against the Python search,
-the oracle). Only the tree and its arithmetic move to C: this coroutine still awaits the
-injected ``evaluate`` once per leaf (``asyncio.gather`` for several leaves in flight) and draws
-the Dirichlet noise from the same generator in the same order.
+``CompiledMCTS`` and ``CompiledGumbel`` are drop-in subclasses: same constructor, same
+``search``/``advance`` and the inherited move selection, and for the same seed and evaluator
+the same visit counts, values, priors and (Gumbel) policy targets, bit for bit
+(tests/test_compiled_mcts.py and tests/test_compiled_gumbel.py play whole games against the
+Python searches, the oracles). Only the tree and its arithmetic move to C: the coroutine still
+awaits the injected ``evaluate`` once per leaf (``asyncio.gather`` for several PUCT leaves in
+flight) and draws the Dirichlet or Gumbel noise from the same generator in the same order.
 
-The compiled core knows Connect Four and tic-tac-toe bitboards; ``make_mcts`` returns the
-Python search for any other game, for ``MCTSConfig.core = "python"``, or when the extension was
-not built (no C compiler at install time).
+The compiled core knows Connect Four and tic-tac-toe bitboards; ``make_mcts`` and
+``make_gumbel`` return the Python search for any other game, for ``MCTSConfig.core =
+"python"``, or when the extension was not built (no C compiler at install time).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import numpy as np
 
 from actors.games import ConnectFour, Game, State, TicTacToe
+from actors.gumbel import GumbelResult, GumbelSearch, considered_visits
 from actors.mcts import MCTS, Evaluate, MCTSConfig, SearchResult, dirichlet
 
 try:
@@ -34,17 +37,27 @@ def compiled_available(game: Game) -> bool:
     return _mcts_core is not None and type(game) in _SUPPORTED
 
 
-def make_mcts(game: Game, config: MCTSConfig, rng: np.random.Generator) -> MCTS:
-    """The search ``config.core`` asks for: ``compiled`` (an error if unavailable), ``python``,
-    or ``auto`` (compiled where available)."""
+def _use_compiled(game: Game, config: MCTSConfig) -> bool:
+    """``config.core``'s choice: ``compiled`` (an error if unavailable), ``python``, or ``auto``
+    (compiled where available)."""
     if config.core == "python":
-        return MCTS(game, config, rng)
+        return False
     if compiled_available(game):
-        return CompiledMCTS(game, config, rng)
+        return True
     if config.core == "compiled":
         why = "it was not built" if _mcts_core is None else f"it does not know {game.name}"
         raise ValueError(f"mcts.core=compiled: the compiled MCTS is unavailable ({why})")
-    return MCTS(game, config, rng)
+    return False
+
+
+def make_mcts(game: Game, config: MCTSConfig, rng: np.random.Generator) -> MCTS:
+    """The PUCT search ``config.core`` asks for."""
+    return (CompiledMCTS if _use_compiled(game, config) else MCTS)(game, config, rng)
+
+
+def make_gumbel(game: Game, config: MCTSConfig, rng: np.random.Generator) -> GumbelSearch:
+    """The Gumbel search ``config.core`` asks for."""
+    return (CompiledGumbel if _use_compiled(game, config) else GumbelSearch)(game, config, rng)
 
 
 class CompiledMCTS(MCTS):
@@ -125,6 +138,79 @@ class CompiledMCTS(MCTS):
             obs = np.empty(shape, np.uint8)
             n = tree.descend(obs)
         return evaluations
+
+    def advance(self, action: int) -> None:
+        self._tree.advance(action, self.config.reuse_tree)
+
+    @property
+    def tree_nodes(self) -> int:
+        """Nodes held by the tree (freed as soon as ``advance`` or a new root drops them)."""
+        return int(self._tree.nodes)
+
+
+class CompiledGumbel(GumbelSearch):
+    """``GumbelSearch`` with the tree in C; see the module docstring. The schedule
+    (``considered_visits``) and the Gumbel draws come from Python; the root's sequential
+    halving, the descent, expansion and backup run in C between awaited leaves."""
+
+    def __init__(self, game: Game, config: MCTSConfig, rng: np.random.Generator) -> None:
+        super().__init__(game, config, rng)
+        if not compiled_available(game):
+            raise ValueError(f"the compiled Gumbel search does not support {game.name}")
+        self._tree = _mcts_core.Tree(  # type: ignore[union-attr]
+            _SUPPORTED[type(game)],
+            0.0,
+            0.0,
+            0.0,
+            1,
+            0.0,
+            gumbel=True,
+            c_visit=config.c_visit,
+            c_scale=config.c_scale,
+        )
+
+    async def search(
+        self,
+        state: State,
+        evaluate: Evaluate,
+        add_noise: bool,
+        num_simulations: int | None = None,
+    ) -> GumbelResult:
+        game, cfg, tree = self.game, self.config, self._tree
+        if game.is_terminal(state):
+            raise ValueError(f"search from a terminal position:\n{game.render(state)}")
+        sims = cfg.num_simulations if num_simulations is None else num_simulations
+        shape, empty, uint8 = game.obs_shape, np.empty, np.uint8
+        try:
+            evaluations = 0
+            if not tree.set_root(*state):
+                obs = empty(shape, uint8)
+                tree.root_obs(obs)
+                logits, value = await evaluate(obs)
+                tree.expand_root(logits, value)
+                evaluations += 1
+            k = tree.root_width()
+            noise = self.rng.gumbel(size=k).tolist() if add_noise else None
+            tree.gumbel_start(noise, considered_visits(min(cfg.num_sampled_actions, k), sims))
+            obs = empty(shape, uint8)
+            n = tree.descend(obs)
+            step = tree.step
+            while n:
+                logits, value = await evaluate(obs)
+                evaluations += 1
+                obs = empty(shape, uint8)  # a new array: evaluate may still hold the last one
+                n = step(logits, value, obs)
+        except BaseException:
+            tree.reset()  # a failed search may leave partial statistics: never reuse it
+            raise
+        a = game.num_actions
+        policy = empty(a, np.float32)
+        scores = empty(a, np.float64)
+        gumbel = empty(a, np.float64)
+        visits = empty(a, np.int64)
+        prior = empty(a, np.float32)
+        root_value = tree.gumbel_result(policy, scores, gumbel, visits, prior)
+        return GumbelResult(visits, root_value, prior, evaluations, policy, scores, gumbel)
 
     def advance(self, action: int) -> None:
         self._tree.advance(action, self.config.reuse_tree)

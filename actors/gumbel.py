@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from math import exp, log
 
 import numpy as np
@@ -34,6 +35,7 @@ _EPSILON = 1e-8
 """Least denominator of the [0, 1] rescaling of Q (mctx's epsilon)."""
 
 
+@lru_cache(maxsize=1024)
 def considered_visits(num_considered: int, num_simulations: int) -> tuple[int, ...]:
     """The sequential-halving schedule: for simulation ``t``, the visit count that the root
     action chosen at ``t`` has before it (mctx's ``get_sequence_of_considered_visits``).

@@ -73,9 +73,10 @@ class MCTSConfig:
     fast_simulations: int = 8
     """Simulations of the other moves (played, never recorded; PUCT drops root noise there)."""
     core: Literal["auto", "compiled", "python"] = "auto"
-    """PUCT implementation (``actors.compiled_mcts.make_mcts``): ``compiled`` = the tree in C
-    (Connect Four and tic-tac-toe), ``python`` = this module (every game; the oracle), ``auto``
-    = compiled where available. Both give identical results for the same seed and evaluator."""
+    """Search implementation, PUCT or Gumbel (``actors.compiled_mcts``): ``compiled`` = the tree
+    in C (Connect Four and tic-tac-toe), ``python`` = actors/mcts.py or actors/gumbel.py (every
+    game; the oracles), ``auto`` = compiled where available. Both give identical results for the
+    same seed and evaluator."""
 
     def __post_init__(self) -> None:
         if self.num_simulations < 1:

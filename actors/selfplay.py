@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.compiled_mcts import make_mcts
+from actors.compiled_mcts import make_gumbel, make_mcts
 from actors.config import ActorsConfig
 from actors.evalcache import EvalCache
 from actors.games import Game, State, make_game
@@ -79,8 +79,8 @@ Search = MCTS | GumbelSearch
 
 
 def make_search(game: Game, cfg: MCTSConfig, rng: np.random.Generator) -> Search:
-    """The search ``cfg.algorithm`` names (PUCT: compiled where available, ``make_mcts``)."""
-    return GumbelSearch(game, cfg, rng) if cfg.algorithm == "gumbel" else make_mcts(game, cfg, rng)
+    """The search ``cfg.algorithm`` names, compiled where ``cfg.core`` allows it."""
+    return (make_gumbel if cfg.algorithm == "gumbel" else make_mcts)(game, cfg, rng)
 
 
 def target_and_action(

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from actors.compiled_mcts import make_mcts
 from actors.games import Game, State, make_game
-from actors.mcts import MCTS, MCTSConfig
+from actors.mcts import MCTSConfig
 from azserve.app.config import apply_overrides, from_dict, read_toml
 from azserve.app.presets import resolve_config
 from azserve.app.schema import Config
@@ -120,7 +121,7 @@ class Agent:
         cfg = replace(self.mcts_cfg, num_simulations=sims)
 
         async def one(i: int, s: State) -> np.ndarray:
-            mcts = MCTS(self.game, cfg, np.random.default_rng([self.seed, i]))
+            mcts = make_mcts(self.game, cfg, np.random.default_rng([self.seed, i]))
             return (await mcts.search(s, self.evaluator, add_noise=False)).visits
 
         visits = await asyncio.gather(*(one(i, s) for i, s in enumerate(states)))
