@@ -46,7 +46,7 @@ fuzz: venv
 lint: venv
 	$(BIN)/ruff check azserve actors learner tests
 	$(BIN)/ruff format --check azserve actors learner tests
-	$(BIN)/mypy azserve
+	$(BIN)/mypy azserve actors learner
 
 docs: venv
 	$(BIN)/python -m azserve.app.config_docs > docs/config.md

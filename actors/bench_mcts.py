@@ -10,6 +10,8 @@ Contenders, each playing whole self-play games move by move:
 - ``azserve_in_flight``: the same with ``--in-flight`` leaves per round (virtual loss,
   ``asyncio.gather``), the actors' batching mode;
 - ``azserve_python``: the pure-Python search (``actors.mcts``, the compiled one's oracle);
+- ``azserve_gumbel`` and ``azserve_gumbel_python``: the Gumbel search (``mcts.algorithm =
+  "gumbel"``, Connect Four's default), compiled and pure Python, same simulations per move;
 - ``openspiel_python``: ``open_spiel.python.algorithms.mcts.MCTSBot``, one random rollout
   per leaf;
 - ``openspiel_cpp``: ``pyspiel.MCTSBot`` with ``pyspiel.RandomRolloutEvaluator(1)``.
@@ -28,12 +30,13 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from actors.compiled_mcts import make_mcts
 from actors.games import ConnectFour
 from actors.mcts import MCTSConfig
+from actors.selfplay import make_search, target_and_action
 
 Step = Callable[[], Awaitable[int]]
 """Plays one move of a contender's current game (starting a new game after the last move)
@@ -43,12 +46,15 @@ and returns the simulations that move took."""
 class _Ours:
     """Self-play with our MCTS and a zero-cost evaluator, one move per ``step``."""
 
-    def __init__(self, simulations: int, in_flight: int, seed: int, core: str = "auto") -> None:
+    def __init__(
+        self, simulations: int, in_flight: int, seed: int, core: str = "auto", algorithm="puct"
+    ) -> None:
         self.game = ConnectFour()
         self.config = MCTSConfig(
             num_simulations=simulations,
             leaves_in_flight=in_flight,
             core=core,  # type: ignore[arg-type]
+            algorithm=algorithm,  # type: ignore[arg-type]
         )
         self.rng = np.random.default_rng(seed)
         self.logits = np.zeros(self.game.num_actions, dtype=np.float32)
@@ -56,7 +62,7 @@ class _Ours:
         self._new_game()
 
     def _new_game(self) -> None:
-        self.mcts = make_mcts(self.game, self.config, self.rng)
+        self.mcts = make_search(self.game, self.config, self.rng)
         self.state = self.game.initial_state()
         self.move = 0
 
@@ -66,7 +72,7 @@ class _Ours:
     async def step(self) -> int:
         result = await self.mcts.search(self.state, self._evaluate, add_noise=True)
         self.evaluations += result.num_evaluations
-        a = self.mcts.select_action(result.visits, self.move)
+        _, a = target_and_action(self.mcts, result, self.move)
         self.state = self.game.apply(self.state, a)
         self.mcts.advance(a)
         self.move += 1
@@ -125,14 +131,20 @@ async def run(seconds: float, simulations: int, in_flight: int, seed: int) -> di
     ours = _Ours(simulations, 1, seed)
     ours_in_flight = _Ours(simulations, in_flight, seed)
     ours_python = _Ours(simulations, 1, seed, core="python")
-    steps: dict[str, Step] = {
-        "azserve": ours.step,
-        "azserve_in_flight": ours_in_flight.step,
-        "azserve_python": ours_python.step,
+    gumbel = _Ours(simulations, 1, seed, algorithm="gumbel")
+    gumbel_python = _Ours(simulations, 1, seed, core="python", algorithm="gumbel")
+    ours_all = {
+        "azserve": ours,
+        "azserve_in_flight": ours_in_flight,
+        "azserve_python": ours_python,
+        "azserve_gumbel": gumbel,
+        "azserve_gumbel_python": gumbel_python,
     }
-    report: dict[str, object] = {
+    steps: dict[str, Step] = {name: o.step for name, o in ours_all.items()}
+    report: dict[str, Any] = {
         "game": "connect4",
         "core": type(ours.mcts).__name__,
+        "gumbel_core": type(gumbel.mcts).__name__,
         "simulations_per_move": simulations,
         "in_flight": in_flight,
         "python": sys.version.split()[0],
@@ -143,7 +155,7 @@ async def run(seconds: float, simulations: int, in_flight: int, seed: int) -> di
         else:
             steps[name] = contender.step
     budget = seconds / len(steps)
-    totals = {name: [0, 0.0, 0] for name in steps}  # simulations, CPU seconds, moves
+    totals: dict[str, list[float]] = {name: [0, 0.0, 0] for name in steps}  # sims, CPU s, moves
     while pending := [name for name in steps if totals[name][1] < budget]:
         for name in pending:
             t0 = time.process_time()
@@ -151,20 +163,24 @@ async def run(seconds: float, simulations: int, in_flight: int, seed: int) -> di
             totals[name][0] += sims
             totals[name][1] += time.process_time() - t0
             totals[name][2] += 1
-    for name, (sims, cpu, moves) in totals.items():
+    for name, (total, cpu, moves) in totals.items():
         report[name] = {
-            "simulations": sims,
-            "moves": moves,
+            "simulations": int(total),
+            "moves": int(moves),
             "cpu_seconds": round(cpu, 3),
-            "simulations_per_s": round(sims / cpu),
+            "simulations_per_s": round(total / cpu),
         }
-    report["azserve"]["evaluations"] = ours.evaluations
-    report["azserve_in_flight"]["evaluations"] = ours_in_flight.evaluations
-    report["azserve_python"]["evaluations"] = ours_python.evaluations
+    for name, o in ours_all.items():
+        report[name]["evaluations"] = o.evaluations
     rate = report["azserve"]["simulations_per_s"]
     for name in ("azserve_python", "openspiel_python", "openspiel_cpp"):
         if "simulations_per_s" in report[name]:
             report[f"azserve_over_{name}"] = round(rate / report[name]["simulations_per_s"], 2)
+    report["azserve_gumbel_over_python"] = round(
+        report["azserve_gumbel"]["simulations_per_s"]
+        / report["azserve_gumbel_python"]["simulations_per_s"],
+        2,
+    )
     return report
 
 

@@ -359,6 +359,8 @@ async def test_bench_runs_and_reports_every_contender() -> None:
     from actors.bench_mcts import run
 
     report = await run(seconds=0.6, simulations=40, in_flight=4, seed=0)
-    for name in ("azserve", "azserve_in_flight", "openspiel_python", "openspiel_cpp"):
+    names = ["azserve", "azserve_in_flight", "azserve_gumbel", "azserve_gumbel_python"]
+    for name in [*names, "openspiel_python", "openspiel_cpp"]:
         assert report[name]["simulations"] >= 40 and report[name]["simulations_per_s"] > 0
+    assert report["gumbel_core"] == "CompiledGumbel"
     assert report["azserve"]["evaluations"] <= report["azserve"]["simulations"] + 100
