@@ -38,6 +38,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "server.max_lease_s": (0.1, 86_400.0),
     "server.max_leases": (1, 1 << 24),
     "server.max_message_mb": (0.001, 1 << 16),
+    "server.cache_mb": (0.0, 1 << 20),
     "server.max_queued_replies": (1, 1 << 24),
     "server.metrics_port": PORT,
     "server.status_interval_s": (0.0, INF),

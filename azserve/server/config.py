@@ -37,6 +37,11 @@ class ServerConfig:
     max_queued_replies: int = 10_000
     """Replies queued to one peer that does not read them; past it ZeroMQ drops replies to
     that peer (it resends after ``client.retry_after_s``), so memory stays bounded."""
+    cache_mb: float = 0.0
+    """Evaluation cache shared by every client (``azserve/server/rowcache.py``): rows already
+    computed on the same version are answered without the network, and a position several
+    requests of one batch carry is computed once. Bounded by this many MB (0 = off, the
+    default: the actors cache for themselves, ``actors.cache_mb``)."""
     metrics_port: int = 0
     """Prometheus text endpoint port on ``metrics_host`` (0 = off)."""
     metrics_host: str = "127.0.0.1"

@@ -72,6 +72,7 @@ class InferenceServer:
             lambda: self.residency.latest,
             lambda: len(self.residency.resident()),
             model=cfg.model,
+            cache=lambda: self.scheduler.cache.stats if self.scheduler.cache is not None else None,
         )
         # socket -> scheduler (eval) / residency (load, pins); each owns its state
         self.scheduler = Scheduler(

@@ -8,11 +8,13 @@ from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from azserve.metrics import Counter as Tally
 from azserve.metrics import Histogram as Histogram_
 from azserve.metrics import LatencyWindow, RateMeter
 from azserve.prom import SECONDS, LoopHistogram, LoopHistograms, render, role_registry
+from azserve.server.rowcache import RowCacheStats
 
 BATCH_BOUNDS: list[float] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 """Rows-per-batch buckets."""
@@ -49,7 +51,8 @@ class ServerMetrics:
     """Always-on server metrics: the ``status`` reply's counters and percentiles, and the
     Prometheus registry (``prom``, exported by ``render()``) with the same counts.
 
-    ``queued_rows``, ``latest`` and ``resident`` are read at render time from the server.
+    ``queued_rows``, ``latest``, ``resident`` and the cache's stats (``cache``, None when it
+    is off) are read at render time from the server.
     """
 
     def __init__(
@@ -58,6 +61,7 @@ class ServerMetrics:
         latest: Callable[[], float],
         resident: Callable[[], float],
         model: str = "default",
+        cache: Callable[[], RowCacheStats | None] = lambda: None,
     ) -> None:
         self.prom = reg = role_registry("server")
         m = {"model": model}
@@ -105,6 +109,8 @@ class ServerMetrics:
             ("azserve_versions_resident", "Versions held", resident),
         ):
             Gauge(name, doc, ["model"], registry=reg).labels(**m).set_function(read)
+        self._cache = cache
+        reg.register(_CacheCollector(cache, model))
         self._rates = RateMeter()
         self._busy_since: float | None = None
         self._computing = 0
@@ -133,12 +139,16 @@ class ServerMetrics:
         return self.busy.value + running
 
     def batch_done(self, rows: int, requests: int, compute_s: float) -> None:
+        """A batch of ``requests`` was answered, ``rows`` of it computed (fewer than its rows
+        with the server's cache; none when the cache answered all of them)."""
+        self.requests.inc(requests)
+        if not rows:
+            return
         self.compute.observe(compute_s * 1e3)
         self.batches.inc()
         self.batch.observe(rows)
         self._batch_prom.observe(rows)
         self.rows.inc(rows)
-        self.requests.inc(requests)
 
     def counters(self) -> dict[str, Any]:
         """The counter part of the ``status`` reply."""
@@ -156,6 +166,7 @@ class ServerMetrics:
             "latency_ms": _named(self.latency.percentiles()),
             "queue_delay_ms": _named(self.queue_delay.percentiles()),
             "compute_ms": _named(self.compute.percentiles()),
+            **({"cache": c.as_dict()} if (c := self._cache()) is not None else {}),
         }
 
     def status_line(self, now: float, queued_rows: int, resident: list[int], latest: int) -> str:
@@ -169,7 +180,49 @@ class ServerMetrics:
             f"busy {busy:.0%}  queued {queued_rows}  p50 {lat[50]:.1f} ms  p99 {lat[99]:.1f} ms  "
             f"versions {resident} latest {latest}  "
             f"errors {int(self.errors.value)} dropped {int(self.dropped.value)}"
+            + (
+                f"  cache hit {100 * c.hit_rate:.1f}% entries {c.entries} "
+                f"{c.bytes / 2**20:.1f} MB evictions {c.evictions}"
+                if (c := self._cache()) is not None
+                else ""
+            )
         )
+
+
+class _CacheCollector:
+    """The server cache's counts as Prometheus metrics, read at scrape time (none when off)."""
+
+    def __init__(self, stats: Callable[[], RowCacheStats | None], model: str) -> None:
+        self._stats = stats
+        self._model = model
+
+    def describe(self) -> list[Any]:
+        return []  # read at scrape time only: the cache may be off
+
+    def collect(self) -> Any:
+        c = self._stats()
+        if c is None:
+            return
+        for name, doc, value in (
+            ("azserve_cache_hits", "Rows answered from the server's cache", c.hits),
+            (
+                "azserve_cache_shared",
+                "Rows computed once for several requests of a batch",
+                c.shared,
+            ),
+            ("azserve_cache_misses", "Rows computed with the server's cache on", c.misses),
+            ("azserve_cache_evictions", "Server cache entries dropped for memory", c.evictions),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["model"])
+            family.add_metric([self._model], value)
+            yield family
+        for name, doc, value in (
+            ("azserve_cache_entries", "Server cache entries", c.entries),
+            ("azserve_cache_bytes", "Server cache estimated footprint", c.bytes),
+        ):
+            gauge = GaugeMetricFamily(name, doc, labels=["model"])
+            gauge.add_metric([self._model], value)
+            yield gauge
 
 
 def _named(percentiles: dict[float, float]) -> dict[str, float]:

@@ -3,7 +3,9 @@
 The scheduler task forms a batch whenever the backend has a free slot (so batch k+1 fills while
 batch k computes): among the queues that are full or whose oldest request has waited its delay,
 the one whose oldest request arrived first. A batch is concatenated once into a preallocated
-buffer, run once, checked (the row invariant) and split into one reply per request.
+buffer, run once, checked (the row invariant) and split into one reply per request. With
+``server.cache_mb`` the rows already computed on that version are taken from the cache and only
+the rest is run (``azserve/server/rowcache.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from azserve.errors import Overloaded, RemoteError, RequestTimeout, ServerClosed
 from azserve.model.spec import ModelSpec
 from azserve.server.config import ServerConfig
 from azserve.server.metrics import ServerMetrics
+from azserve.server.rowcache import RowCache
 
 log = logging.getLogger("azserve.server")
 
@@ -73,6 +76,7 @@ class Scheduler:
         self._batches: set[asyncio.Task[None]] = set()
         self._computing: dict[int, int] = {}  # version -> batches in flight
         self._buffers: list[np.ndarray] = []
+        self.cache = RowCache(int(cfg.cache_mb * 2**20)) if cfg.cache_mb > 0 else None
 
     # --- queueing --------------------------------------------------------------------------
 
@@ -166,16 +170,26 @@ class Scheduler:
             )
             for p in items:
                 self.metrics.queue_delay.observe((t_start - p.t_recv) * 1e3)
-            self.metrics.mark_busy(+1, t_start)
-            try:
-                logits, value = await self.backend.infer(version, obs)
-            finally:
-                self.metrics.mark_busy(-1, time.monotonic())
-            if logits.shape != (rows, self.spec.num_actions) or value.shape != (rows,):
-                raise RemoteError(
-                    "InternalError",
-                    f"backend returned logits {logits.shape} / value {value.shape} for {rows} rows",
-                )
+            split = self.cache.split(version, obs) if self.cache is not None else None
+            run = obs if split is None or split.all_computed else obs[split.compute]
+            computed = len(run)
+            logits = value = None
+            if computed:
+                self.metrics.mark_busy(+1, t_start)
+                try:
+                    logits, value = await self.backend.infer(version, run)
+                finally:
+                    self.metrics.mark_busy(-1, time.monotonic())
+                if logits.shape != (computed, self.spec.num_actions) or value.shape != (computed,):
+                    raise RemoteError(
+                        "InternalError",
+                        f"backend returned logits {logits.shape} / value {value.shape} "
+                        f"for {computed} rows",
+                    )
+            if split is not None:
+                assert self.cache is not None
+                logits, value = self.cache.join(split, logits, value)
+            assert logits is not None and value is not None
         except RemoteError as exc:  # VersionUnavailable (unloaded meanwhile) included
             self._fail(items, exc.type, exc.message)
             return
@@ -192,7 +206,7 @@ class Scheduler:
             self._computing[version] -= 1
             slots.release()
         t_done = time.monotonic()
-        self.metrics.batch_done(rows, len(items), t_done - t_start)
+        self.metrics.batch_done(computed, len(items), t_done - t_start)
         self._served(version, rows, t_done)
         latest = self._latest()
         off = 0

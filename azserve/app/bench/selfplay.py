@@ -174,7 +174,11 @@ class Run:
             if start is not None and end is not None:
                 cpu[side] = (end - start) / win.seconds
         # The server's execution path and its compute threads at the end of the window.
-        return {**summarize(win, texts, self.cfg, cpu), "server_backend": last.get("backend")}
+        return {
+            **summarize(win, texts, self.cfg, cpu),
+            "server_cache": server_cache_window(first, last),
+            "server_backend": last.get("backend"),
+        }
 
     def _cpu(self) -> dict[str, float | None]:
         """CPU seconds so far of the server and of all actor processes together."""
@@ -252,6 +256,23 @@ def summarize(
     }
 
 
+def server_cache_window(first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any] | None:
+    """The server's evaluation cache (``server.cache_mb``) over the window, from its status
+    at both ends: rows answered without the network, and its size at the end. None when off."""
+    a, b = first.get("cache"), last.get("cache")
+    if a is None or b is None:
+        return None
+    delta = {k: b[k] - a[k] for k in ("hits", "shared", "misses", "evictions")}
+    lookups = delta["hits"] + delta["shared"] + delta["misses"]
+    saved = delta["hits"] + delta["shared"]
+    return {
+        **delta,
+        "hit_rate": round(saved / lookups, 4) if lookups else 0.0,
+        "entries": b["entries"],
+        "mb": round(b["bytes"] / 2**20, 2),
+    }
+
+
 def actor_capacity(cfg: Config, seconds: float, workdir: Path) -> dict[str, Any]:
     """``actors.bench_mcts`` in a child: MCTS simulations per CPU-second, zero-cost evaluator.
     It shares its budget with OpenSpiel's bots when those are installed, hence the factor 4."""
@@ -268,7 +289,10 @@ def actor_capacity(cfg: Config, seconds: float, workdir: Path) -> dict[str, Any]
         str(out),
     )
     report = run_json_child(argv, out, 120 + 8 * seconds, 1, workdir / "mcts.log")
-    name = "azserve_in_flight" if cfg.mcts.leaves_in_flight > 1 else "azserve"
+    if cfg.mcts.algorithm == "gumbel":
+        name = "azserve_gumbel"  # one leaf at a time: sequential halving is sequential
+    else:
+        name = "azserve_in_flight" if cfg.mcts.leaves_in_flight > 1 else "azserve"
     return report.get(name, report)
 
 
