@@ -17,6 +17,7 @@ The compiled core knows Connect Four and tic-tac-toe bitboards; ``make_mcts`` an
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 
@@ -60,11 +61,94 @@ def make_gumbel(game: Game, config: MCTSConfig, rng: np.random.Generator) -> Gum
     return (CompiledGumbel if _use_compiled(game, config) else GumbelSearch)(game, config, rng)
 
 
-class CompiledMCTS(MCTS):
+class _Compiled:
+    """The steps of a compiled search, shared by the coroutine (``search``) and by
+    ``actors.searchpool.SearchPool``, which drives many games' searches in rounds.
+
+    A search is: ``begin(state)`` (True when the root needs its evaluation: ``root_obs`` gives
+    it, ``expand_root`` takes the answer), then ``prepare(add_noise, sims)``, then leaves:
+    ``tree.descend(obs)`` and ``tree.step(logits, value, obs)`` until they return 0, then
+    ``result(evaluations)``. A failure anywhere must ``tree.reset()``."""
+
+    game: Game
+    config: MCTSConfig
+    rng: np.random.Generator
+    _tree: Any
+
+    @property
+    def tree(self) -> Any:
+        return self._tree
+
+    @property
+    def sequential(self) -> bool:
+        """One leaf at a time (``step``), as the pool drives it."""
+        return True
+
+    def begin(self, state: State) -> bool:
+        if self.game.is_terminal(state):
+            raise ValueError(f"search from a terminal position:\n{self.game.render(state)}")
+        return not self._tree.set_root(*state)
+
+    def prepare(self, add_noise: bool, sims: int) -> None:
+        raise NotImplementedError
+
+    def result(self, evaluations: int) -> Any:
+        raise NotImplementedError
+
+    async def search(
+        self,
+        state: State,
+        evaluate: Evaluate,
+        add_noise: bool,
+        num_simulations: int | None = None,
+    ) -> Any:
+        tree, shape, empty, uint8 = self._tree, self.game.obs_shape, np.empty, np.uint8
+        sims = self.config.num_simulations if num_simulations is None else num_simulations
+        try:
+            evaluations = 0
+            if self.begin(state):
+                obs = empty(shape, uint8)
+                tree.root_obs(obs)
+                logits, value = await evaluate(obs)
+                tree.expand_root(logits, value)
+                evaluations += 1
+            self.prepare(add_noise, sims)
+            evaluations += await self._leaves(evaluate)
+        except BaseException:
+            # A failed or cancelled search may leave leaves in flight: never reuse that tree.
+            tree.reset()
+            raise
+        return self.result(evaluations)
+
+    async def _leaves(self, evaluate: Evaluate) -> int:
+        """The simulations ``prepare`` set up; returns the evaluations made. The tree descends
+        (and backs up terminal leaves) in C; this loop only awaits the leaves."""
+        tree, shape, empty, uint8 = self._tree, self.game.obs_shape, np.empty, np.uint8
+        evaluations = 0
+        obs = empty(shape, uint8)
+        n = tree.descend(obs)
+        step = tree.step
+        while n:
+            logits, value = await evaluate(obs)
+            evaluations += 1
+            obs = empty(shape, uint8)  # a new array: evaluate may still hold the last one
+            n = step(logits, value, obs)
+        return evaluations
+
+    def advance(self, action: int) -> None:
+        self._tree.advance(action, self.config.reuse_tree)
+
+    @property
+    def tree_nodes(self) -> int:
+        """Nodes held by the tree (freed as soon as ``advance`` or a new root drops them)."""
+        return int(self._tree.nodes)
+
+
+class CompiledMCTS(_Compiled, MCTS):
     """``MCTS`` with the tree in C; see the module docstring."""
 
     def __init__(self, game: Game, config: MCTSConfig, rng: np.random.Generator) -> None:
-        super().__init__(game, config, rng)
+        MCTS.__init__(self, game, config, rng)
         if not compiled_available(game):
             raise ValueError(f"the compiled MCTS does not support {game.name}")
         width = config.leaves_in_flight
@@ -78,56 +162,34 @@ class CompiledMCTS(MCTS):
         )
         self._leaf_shape = game.obs_shape if width == 1 else (width, *game.obs_shape)
 
-    async def search(
-        self,
-        state: State,
-        evaluate: Evaluate,
-        add_noise: bool,
-        num_simulations: int | None = None,
-    ) -> SearchResult:
-        game, cfg, tree = self.game, self.config, self._tree
-        if game.is_terminal(state):
-            raise ValueError(f"search from a terminal position:\n{game.render(state)}")
-        try:
-            evaluations = 0
-            if not tree.set_root(*state):
-                obs = np.empty(game.obs_shape, np.uint8)
-                tree.root_obs(obs)
-                logits, value = await evaluate(obs)
-                tree.expand_root(logits, value)
-                evaluations += 1
-            k = tree.root_width()
-            noise = None
-            if add_noise and k > 1 and cfg.dirichlet_fraction > 0:
-                noise = dirichlet(self.rng, cfg.dirichlet_alpha, k)
-            tree.root_priors(noise, cfg.dirichlet_fraction)
-            sims = cfg.num_simulations if num_simulations is None else num_simulations
-            evaluations += await self._simulate_compiled(evaluate, sims)
-        except BaseException:
-            # A failed or cancelled search may leave leaves in flight: never reuse that tree.
-            tree.reset()
-            raise
-        visits = np.zeros(game.num_actions, dtype=np.int64)
-        prior = np.zeros(game.num_actions, dtype=np.float32)
-        root_value = tree.root_result(visits, prior)
+    @property
+    def sequential(self) -> bool:
+        return self.config.leaves_in_flight == 1
+
+    def prepare(self, add_noise: bool, sims: int) -> None:
+        """Root noise (Dirichlet, from this game's generator) and the simulation budget."""
+        cfg, tree = self.config, self._tree
+        k = tree.root_width()
+        noise = None
+        if add_noise and k > 1 and cfg.dirichlet_fraction > 0:
+            noise = dirichlet(self.rng, cfg.dirichlet_alpha, k)
+        tree.root_priors(noise, cfg.dirichlet_fraction)
+        tree.start(sims)
+
+    def result(self, evaluations: int) -> SearchResult:
+        a = self.game.num_actions
+        visits = np.zeros(a, dtype=np.int64)
+        prior = np.zeros(a, dtype=np.float32)
+        root_value = self._tree.root_result(visits, prior)
         return SearchResult(visits, root_value, prior, evaluations)
 
-    async def _simulate_compiled(self, evaluate: Evaluate, count: int) -> int:
-        """``count`` simulations; returns the evaluations made. The tree descends (and backs
-        up terminal leaves) in C; this loop only awaits the leaves."""
+    async def _leaves(self, evaluate: Evaluate) -> int:
+        if self.config.leaves_in_flight == 1:
+            return await super()._leaves(evaluate)
         tree, shape = self._tree, self._leaf_shape
-        tree.start(count)
         evaluations = 0
         obs = np.empty(shape, np.uint8)
         n = tree.descend(obs)
-        if self.config.leaves_in_flight == 1:
-            step, empty, uint8 = tree.step, np.empty, np.uint8
-            while n:
-                logits, value = await evaluate(obs)
-                evaluations += 1
-                obs = empty(shape, uint8)  # a new array: evaluate may still hold the last one
-                n = step(logits, value, obs)
-            return evaluations
         while n:
             if n == 1:
                 results = [await evaluate(obs[0])]
@@ -139,22 +201,14 @@ class CompiledMCTS(MCTS):
             n = tree.descend(obs)
         return evaluations
 
-    def advance(self, action: int) -> None:
-        self._tree.advance(action, self.config.reuse_tree)
 
-    @property
-    def tree_nodes(self) -> int:
-        """Nodes held by the tree (freed as soon as ``advance`` or a new root drops them)."""
-        return int(self._tree.nodes)
-
-
-class CompiledGumbel(GumbelSearch):
+class CompiledGumbel(_Compiled, GumbelSearch):
     """``GumbelSearch`` with the tree in C; see the module docstring. The schedule
     (``considered_visits``) and the Gumbel draws come from Python; the root's sequential
     halving, the descent, expansion and backup run in C between awaited leaves."""
 
     def __init__(self, game: Game, config: MCTSConfig, rng: np.random.Generator) -> None:
-        super().__init__(game, config, rng)
+        GumbelSearch.__init__(self, game, config, rng)
         if not compiled_available(game):
             raise ValueError(f"the compiled Gumbel search does not support {game.name}")
         self._tree = _mcts_core.Tree(  # type: ignore[union-attr]
@@ -169,53 +223,23 @@ class CompiledGumbel(GumbelSearch):
             c_scale=config.c_scale,
         )
 
-    async def search(
-        self,
-        state: State,
-        evaluate: Evaluate,
-        add_noise: bool,
-        num_simulations: int | None = None,
-    ) -> GumbelResult:
-        game, cfg, tree = self.game, self.config, self._tree
-        if game.is_terminal(state):
-            raise ValueError(f"search from a terminal position:\n{game.render(state)}")
-        sims = cfg.num_simulations if num_simulations is None else num_simulations
-        shape, empty, uint8 = game.obs_shape, np.empty, np.uint8
-        try:
-            evaluations = 0
-            if not tree.set_root(*state):
-                obs = empty(shape, uint8)
-                tree.root_obs(obs)
-                logits, value = await evaluate(obs)
-                tree.expand_root(logits, value)
-                evaluations += 1
-            k = tree.root_width()
-            noise = self.rng.gumbel(size=k).tolist() if add_noise else None
-            tree.gumbel_start(noise, considered_visits(min(cfg.num_sampled_actions, k), sims))
-            obs = empty(shape, uint8)
-            n = tree.descend(obs)
-            step = tree.step
-            while n:
-                logits, value = await evaluate(obs)
-                evaluations += 1
-                obs = empty(shape, uint8)  # a new array: evaluate may still hold the last one
-                n = step(logits, value, obs)
-        except BaseException:
-            tree.reset()  # a failed search may leave partial statistics: never reuse it
-            raise
-        a = game.num_actions
+    def prepare(self, add_noise: bool, sims: int) -> None:
+        """The root's Gumbel draws (from this game's generator) and the halving schedule."""
+        cfg, tree = self.config, self._tree
+        k = tree.root_width()
+        noise = self.rng.gumbel(size=k).tolist() if add_noise else None
+        tree.gumbel_start(noise, considered_visits(min(cfg.num_sampled_actions, k), sims))
+
+    def result(self, evaluations: int) -> GumbelResult:
+        a, empty = self.game.num_actions, np.empty
         policy = empty(a, np.float32)
         scores = empty(a, np.float64)
         gumbel = empty(a, np.float64)
         visits = empty(a, np.int64)
         prior = empty(a, np.float32)
-        root_value = tree.gumbel_result(policy, scores, gumbel, visits, prior)
+        root_value = self._tree.gumbel_result(policy, scores, gumbel, visits, prior)
         return GumbelResult(visits, root_value, prior, evaluations, policy, scores, gumbel)
 
-    def advance(self, action: int) -> None:
-        self._tree.advance(action, self.config.reuse_tree)
 
-    @property
-    def tree_nodes(self) -> int:
-        """Nodes held by the tree (freed as soon as ``advance`` or a new root drops them)."""
-        return int(self._tree.nodes)
+Compiled = CompiledMCTS | CompiledGumbel
+"""A compiled search (``SearchPool`` drives those with ``sequential``)."""

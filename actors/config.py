@@ -40,6 +40,11 @@ class ActorsConfig:
     cache_mb: float = 64.0
     """Evaluation cache of the process (``actors.evalcache``), shared by its games: memory it
     may use (0 = off). Keyed by (version, position): hits are exact and cost no message."""
+    search_pool: bool = True
+    """Drive the games' compiled searches in rounds (``actors.searchpool``): one message per
+    round of leaves and no future per leaf, the same results; false = every game coroutine
+    awaits its own leaves. Searches the pool cannot drive (the Python core, PUCT with
+    ``mcts.leaves_in_flight > 1``) always await their own."""
     seed: int = 0
     """Base seed; each process and game coroutine derives its own stream."""
     metrics_port: int = 0

@@ -125,6 +125,29 @@ class EvalCache:
 
         return cached
 
+    def get(self, version: int, obs: np.ndarray) -> Result | None:
+        """The cached result of one position ``[C,H,W]`` on ``version`` (counted as a hit), or
+        None (counted as a miss): the synchronous lookup of ``actors.searchpool``."""
+        shape = self._shapes.setdefault(obs.shape, obs.shape)
+        key = (version, shape, obs.dtype.char, obs.tobytes())
+        hit = self._entries.get(key)
+        if hit is None:
+            self.stats.misses += 1
+            return None
+        self._entries.move_to_end(key)
+        self.stats.hits += 1
+        return hit
+
+    def put(self, version: int, obs: np.ndarray, logits: np.ndarray, value: Any) -> None:
+        """Store the network's answer for one position (a copy of it; kept if present)."""
+        shape = self._shapes.setdefault(obs.shape, obs.shape)
+        key = (version, shape, obs.dtype.char, obs.tobytes())
+        if key in self._entries:
+            return
+        logits = np.array(logits, copy=True)
+        logits.flags.writeable = False
+        self._put(key, (logits, float(value)))
+
     def _ask(
         self, evaluate: Evaluate, version: int, key: tuple[Any, ...], obs: np.ndarray
     ) -> asyncio.Future[Any]:

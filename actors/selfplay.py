@@ -24,6 +24,7 @@ from actors.evalcache import EvalCache
 from actors.games import Game, State, make_game
 from actors.gumbel import GumbelResult, GumbelSearch
 from actors.mcts import MCTS, MCTSConfig, SearchResult
+from actors.searchpool import SearchPool
 from actors.sinks import TrajectorySink
 from azserve import protocol as P
 from azserve.client import EvalClient
@@ -109,14 +110,19 @@ async def search_on_version(
     stats: SelfPlayStats,
     num_simulations: int | None = None,
     add_noise: bool = True,
+    pooled: Callable[[Any, State, bool, int], Any] | None = None,
 ) -> tuple[Search, SearchResult]:
     """One move's search on the game's pinned version. If the server lost that version (it
     restarted), the search waits, bounded by ``wait_s``, for the learner to restore it, and
     starts the move again with a fresh tree; it never moves to another version. Returns the
-    tree used (fresh after a retry) and the result; ``GameAbandoned`` when it cannot go on."""
+    tree used (fresh after a retry) and the result; ``GameAbandoned`` when it cannot go on.
+    ``pooled(search, state, add_noise, sims)`` runs the searches a ``SearchPool`` can drive."""
     deadline = None
     while True:
         try:
+            if pooled is not None and SearchPool.supports(mcts):
+                sims = mcts.config.num_simulations if num_simulations is None else num_simulations
+                return mcts, await pooled(mcts, state, add_noise, sims)
             return mcts, await mcts.search(state, evaluate, add_noise, num_simulations)
         except VersionUnavailable as exc:
             now = time.monotonic()
@@ -143,10 +149,12 @@ async def play_game(
     stats: SelfPlayStats,
     version_wait_s: float = 30.0,
     cache: EvalCache | None = None,
+    pool: SearchPool | None = None,
 ) -> FinishedGame:
     """Play one game against itself on the version pinned at its start, through the
-    process's evaluation ``cache`` if any. Raises ``GameAbandoned`` when its version cannot be
-    served (see ``search_on_version``).
+    process's evaluation ``cache`` if any, its compiled searches driven by the process's
+    ``pool`` if any (the same results either way). Raises ``GameAbandoned`` when its version
+    cannot be served (see ``search_on_version``).
 
     Playout cap randomization: each move gets the full search (``num_simulations``, recorded)
     with probability ``full_search_fraction``, else a fast one (``fast_simulations``, played
@@ -174,6 +182,13 @@ async def play_game(
             stats.simulations += n
             return ask(obs)
 
+        pooled = None
+        counter = [0]  # the pool's count of this game's leaves asked for
+        if pool is not None:
+
+            def pooled(m: Any, s: State, noise: bool, sims: int) -> Any:
+                return pool.search(m, s, version, noise, sims, counter)
+
         state = game.initial_state()
         obs, policies, movers = [], [], []
         resign_allowed = mcts.sample_resign_allowed()
@@ -185,10 +200,11 @@ async def play_game(
             sims = mcts_cfg.num_simulations if full else mcts_cfg.fast_simulations
             noise = full or mcts_cfg.algorithm == "gumbel"
             mcts, res = await search_on_version(
-                mcts, state, evaluate, version_wait_s, stats, sims, noise
+                mcts, state, evaluate, version_wait_s, stats, sims, noise, pooled
             )
-            stats.simulations += sims - asked  # terminal leaves; the root's own evaluation
-            asked = 0
+            # terminal leaves; the root's own evaluation
+            stats.simulations += sims - asked - counter[0]
+            asked = counter[0] = 0
             mover = game.to_play(state)
             if mcts.should_resign(res.root_value, move, resign_allowed):
                 resigner = mover
@@ -268,11 +284,16 @@ class SelfPlay:
         self.actor_id = actor_id
         self.stats = SelfPlayStats()
         self.cache = EvalCache(int(cfg.cache_mb * 2**20)) if cfg.cache_mb > 0 else None
+        self.pool: SearchPool | None = None  # made in run(): it needs the running loop
         self._next_game_id = 0
         self._done = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> SelfPlayStats:
         """Play until ``stop`` is set or the game budget is spent; games in progress then end."""
+        if self.cfg.search_pool:
+            self.pool = SearchPool(
+                self.client.evaluate, self.client.cfg.max_rows, self.stats, self.cache
+            )
         workers = [
             asyncio.create_task(self._worker(i), name=f"game-{i}") for i in range(self.cfg.games)
         ]
@@ -296,6 +317,8 @@ class SelfPlay:
             for t in [*workers, *monitors, *waiters]:
                 t.cancel()
             await asyncio.gather(*workers, *monitors, *waiters, return_exceptions=True)
+            if self.pool is not None:
+                await self.pool.aclose()
         return self.stats
 
     async def _worker(self, index: int) -> None:
@@ -314,6 +337,7 @@ class SelfPlay:
                     self.stats,
                     self.cfg.version_wait_s,
                     self.cache,
+                    self.pool,
                 )
             except GameAbandoned as exc:
                 if not self.client.lifecycle.running:

@@ -1,0 +1,285 @@
+"""Many games' compiled searches driven in rounds: one message per round, no future per leaf.
+
+With one coroutine per game, every leaf costs a future, a task wake-up, a share of the
+coalescer's tick and a reply routed to it: on an accelerator host those Python costs, not the
+search, set the actor side's speed (docs/benchmarks.md, "The actor side at full load"). The
+pool keeps the game coroutines for what happens once per move (move choice, recording,
+resignation) and takes the leaves off them: ``await pool.search(...)`` hands the game's
+compiled tree to the pool, and the game wakes again when its search is done.
+
+The pool runs lanes of at most ``max_rows`` searches (the client's message size). A lane's
+round: every search of the lane has one leaf waiting; the leaves of each weights version go
+out as one ``[n, C, H, W]`` evaluation; when the answers come back each tree takes its answer
+in C (expand, back up, descend to its next leaf), searches that are done resolve their future,
+and the next round starts with the searches added meanwhile. Two or more lanes keep several
+batches in flight, as the game coroutines did.
+
+- **Same search, same results.** Each tree receives the same calls, in the same order, with
+  the same answers, as ``search`` makes them (``actors.compiled_mcts._Compiled``), and the
+  noise is drawn from the game's own generator at the same point: for the same seed and
+  evaluator the visit counts, moves and training targets are those of the per-leaf path
+  (tests/test_searchpool.py).
+- **The evaluation cache** (``actors.evalcache``) is consulted for each leaf before it joins a
+  round (a hit is fed at once) and filled from each reply; leaves in flight are not joined.
+- **Failures stay per search.** An evaluation's error (``VersionUnavailable``, a timeout, a
+  server error) fails the searches of that version's message, whose trees are reset; a
+  cancelled search (its game stopped) is dropped at its next round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import numpy as np
+
+from actors.compiled_mcts import Compiled
+from actors.evalcache import EvalCache
+from actors.games import State
+
+log = logging.getLogger("actors.searchpool")
+
+Evaluate = Any
+"""``evaluate(obs [n, C, H, W], version) -> awaitable (logits [n, A], values [n])``:
+``EvalClient.evaluate``."""
+
+
+class _Job:
+    """One search in a lane: its tree, the leaf it waits on and the future of its result."""
+
+    __slots__ = (
+        "search", "tree", "version", "obs", "fut", "evaluations", "root", "noise", "sims",
+        "counter",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        search: Compiled,
+        version: int,
+        fut: asyncio.Future[Any],
+        noise: bool,
+        sims: int,
+        counter: list[int] | None,
+    ) -> None:
+        self.search = search
+        self.tree = search.tree
+        self.version = version
+        self.obs = np.empty(search.game.obs_shape, np.uint8)
+        self.fut = fut
+        self.evaluations = 0
+        self.root = False
+        self.noise = noise
+        self.sims = sims
+        self.counter = counter
+
+    def feed(self, logits: Any, value: Any) -> bool:
+        """Give the waiting leaf its answer; True when the search is done (result set)."""
+        self.evaluations += 1
+        if self.root:
+            self.root = False
+            self.tree.expand_root(logits, value)
+            self.search.prepare(self.noise, self.sims)
+            more = self.tree.descend(self.obs)
+        else:
+            more = self.tree.step(logits, value, self.obs)
+        if more:
+            return False
+        self.fut.set_result(self.search.result(self.evaluations))
+        return True
+
+
+class SearchPool:
+    """Drives the compiled searches handed to ``search``; see the module docstring.
+
+    Args:
+        evaluate: the client's evaluation of a stack on a version.
+        max_rows: most searches per lane (leaves per message).
+        stats: counts ``evaluations`` and ``simulations`` as leaves are asked for, like the
+            per-leaf path (``SelfPlayStats``; None: not counted).
+        cache: the process's evaluation cache, or None.
+    """
+
+    def __init__(
+        self,
+        evaluate: Evaluate,
+        max_rows: int,
+        stats: Any = None,
+        cache: EvalCache | None = None,
+    ) -> None:
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        self._evaluate = evaluate
+        self.max_rows = max_rows
+        self.stats = stats
+        self.cache = cache
+        self._lanes: list[_Lane] = []
+
+    @staticmethod
+    def supports(search: Any) -> bool:
+        """Whether the pool can drive ``search`` (a compiled one, one leaf at a time)."""
+        return bool(getattr(search, "sequential", False)) and hasattr(search, "prepare")
+
+    def search(
+        self,
+        search: Compiled,
+        state: State,
+        version: int,
+        add_noise: bool,
+        sims: int,
+        counter: list[int] | None = None,
+    ) -> asyncio.Future[Any]:
+        """Start ``search`` from ``state`` on ``version``: a future of its result
+        (``SearchResult`` or ``GumbelResult``), or of the evaluation's error. ``counter[0]``
+        counts the leaves asked for (the search's evaluations, cache hits included)."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        job = _Job(search, version, fut, add_noise, sims, counter)
+        try:
+            if search.begin(state):
+                job.root = True
+                job.tree.root_obs(job.obs)
+            else:
+                search.prepare(add_noise, sims)
+                if not job.tree.descend(job.obs):  # every simulation ended on a terminal
+                    fut.set_result(search.result(0))
+                    return fut
+        except BaseException:
+            job.tree.reset()
+            raise
+        self._lane().add(job)
+        return fut
+
+    def _lane(self) -> _Lane:
+        best = None
+        for lane in self._lanes:
+            if lane.size < self.max_rows and (best is None or lane.size < best.size):
+                best = lane
+        if best is None:
+            best = _Lane(self, len(self._lanes))
+            self._lanes.append(best)
+        return best
+
+    async def aclose(self) -> None:
+        """Stop every lane (their searches' futures are cancelled)."""
+        lanes, self._lanes = self._lanes, []
+        for lane in lanes:
+            lane.close()
+        await asyncio.gather(*(lane.task for lane in lanes), return_exceptions=True)
+
+    @property
+    def lanes(self) -> int:
+        return len(self._lanes)
+
+
+class _Lane:
+    """Up to ``max_rows`` searches that go out together, round after round."""
+
+    def __init__(self, pool: SearchPool, index: int) -> None:
+        self.pool = pool
+        self.size = 0
+        self._next: list[_Job] = []
+        self._current: list[_Job] = []
+        self._wake = asyncio.Event()
+        self.task = asyncio.create_task(self._run(), name=f"search-lane-{index}")
+
+    def add(self, job: _Job) -> None:
+        self.size += 1
+        self._next.append(job)
+        self._wake.set()
+
+    def close(self) -> None:
+        self.task.cancel()
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                if not self._next:
+                    self._wake.clear()
+                    await self._wake.wait()
+                self._current, self._next = self._next, []
+                await self._round(self._current)
+        finally:
+            for job in [*self._current, *self._next]:
+                job.tree.reset()
+                job.fut.cancel()
+
+    async def _round(self, jobs: list[_Job]) -> None:
+        pool = self.pool
+        cache = pool.cache
+        groups: dict[int, list[_Job]] = {}
+        for job in jobs:
+            if job.fut.done():  # cancelled: its game stopped
+                self._drop(job)
+                continue
+            if cache is not None:
+                waiting = True
+                while waiting and (hit := cache.get(job.version, job.obs)) is not None:
+                    self._asked(job, 1)
+                    waiting = self._answer(job, *hit)
+                if not waiting:
+                    continue
+            group = groups.get(job.version)
+            if group is None:
+                groups[job.version] = [job]
+            else:
+                group.append(job)
+        if not groups:
+            return
+        sent = []
+        for version, group in groups.items():
+            stack = np.stack([j.obs for j in group])
+            for job in group:
+                self._asked(job, 1)
+            try:
+                sent.append((version, group, stack, pool._evaluate(stack, version)))
+            except Exception as exc:  # noqa: BLE001 - a closed client: its searches fail
+                self._fail(group, exc)
+        answers = await asyncio.gather(*(s[3] for s in sent), return_exceptions=True)
+        for (version, group, stack, _), answer in zip(sent, answers, strict=True):
+            if isinstance(answer, BaseException):
+                self._fail(group, answer)
+                continue
+            logits, values = answer
+            for i, job in enumerate(group):
+                if cache is not None:
+                    cache.put(version, stack[i], logits[i], values[i])
+                if self._answer(job, logits[i], values[i]):
+                    self._next.append(job)
+
+    def _asked(self, job: _Job, n: int) -> None:
+        stats = self.pool.stats
+        if stats is not None:
+            stats.evaluations += n
+            stats.simulations += n
+        if job.counter is not None:
+            job.counter[0] += n
+
+    def _answer(self, job: _Job, logits: Any, value: Any) -> bool:
+        """Answer ``job``'s leaf; True when it waits for another (in ``job.obs``), False when
+        it left the lane (done, failed or cancelled)."""
+        if job.fut.done():
+            self._drop(job)
+            return False
+        try:
+            done = job.feed(logits, value)
+        except Exception as exc:  # noqa: BLE001 - bad logits and the like: this search fails
+            self._fail([job], exc)
+            return False
+        if done:
+            self.size -= 1
+        return not done
+
+    def _drop(self, job: _Job) -> None:
+        job.tree.reset()
+        self.size -= 1
+
+    def _fail(self, group: list[_Job], exc: BaseException) -> None:
+        for job in group:
+            job.tree.reset()
+            self.size -= 1
+            if job.fut.done():
+                continue
+            if isinstance(exc, asyncio.CancelledError):  # the client cancelled the evaluation
+                job.fut.cancel()
+            else:
+                job.fut.set_exception(exc)

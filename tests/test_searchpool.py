@@ -1,0 +1,216 @@
+"""``actors.searchpool.SearchPool``: the games' compiled searches driven in rounds give the same
+games as the per-leaf path (same seed and evaluator: same training data and counters), across
+lanes and versions, with the cache; failures and cancellations stay with their searches."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+
+from actors.compiled_mcts import compiled_available, make_gumbel, make_mcts
+from actors.evalcache import EvalCache
+from actors.games import ConnectFour, TicTacToe
+from actors.mcts import MCTSConfig
+from actors.searchpool import SearchPool
+from actors.selfplay import FinishedGame, SelfPlayStats, play_game
+from tests.test_compiled_mcts import hashed
+
+pytestmark = [
+    pytest.mark.skipif(
+        not compiled_available(ConnectFour()), reason="actors._mcts_core was not built"
+    ),
+    pytest.mark.timeout(120),
+]
+
+C4, TTT = ConnectFour(), TicTacToe()
+ONE = hashed()
+
+
+class Client:
+    """``EvalClient``'s calls that play_game and the pool make, on a deterministic net that
+    answers after ``delay``; counts messages and rows. The version changes the answers."""
+
+    def __init__(self, delay: float = 0.0, fail_on: int = 0) -> None:
+        self.latest_version = 3
+        self.delay = delay
+        self.messages = 0
+        self.rows = 0
+        self.fail_on = fail_on
+
+    def pin_latest(self) -> Any:
+        return contextlib.nullcontext(self.latest_version)
+
+    async def _answer(self, obs: np.ndarray, version: int) -> Any:
+        self.messages += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.fail_on and self.messages == self.fail_on:
+            raise RuntimeError("the server broke")
+        rows = obs if obs.ndim == 4 else obs[None]
+        self.rows += len(rows)
+        out = [
+            await ONE(np.concatenate([r, np.full((1, *r.shape[1:]), version, r.dtype)]))
+            for r in rows
+        ]
+        logits = np.stack([o[0] for o in out])
+        values = np.array([o[1] for o in out], np.float32)
+        return (logits, values) if obs.ndim == 4 else (logits[0], float(values[0]))
+
+    def evaluate(self, obs: np.ndarray, version: int = -1) -> Any:
+        return asyncio.ensure_future(self._answer(obs, version))
+
+
+CONFIGS = {
+    "gumbel": MCTSConfig(algorithm="gumbel", num_simulations=16, resign_threshold=-0.7),
+    "gumbel_capped": MCTSConfig(
+        algorithm="gumbel", num_simulations=16, full_search_fraction=0.4, fast_simulations=4
+    ),
+    "puct": MCTSConfig(num_simulations=24, no_resign_fraction=0.5),
+}
+
+
+def same(a: FinishedGame, b: FinishedGame) -> None:
+    np.testing.assert_array_equal(a.obs, b.obs)
+    np.testing.assert_array_equal(a.policy, b.policy)
+    np.testing.assert_array_equal(a.outcome, b.outcome)
+    assert (a.result, a.resigned, a.moves, a.version) == (b.result, b.resigned, b.moves, b.version)
+
+
+def counts(s: SelfPlayStats) -> dict[str, Any]:
+    return {k: v for k, v in dataclasses.asdict(s).items() if k != "loop_lag_ms"}
+
+
+async def _games(cfg: MCTSConfig, seeds: list[int], pooled: bool, cache_mb: float, rows: int):
+    client = Client(delay=0.001)
+    stats = SelfPlayStats()
+    cache = EvalCache(int(cache_mb * 2**20)) if cache_mb else None
+    pool = SearchPool(client.evaluate, rows, stats, cache) if pooled else None
+    lanes = 0
+    try:
+        games = await asyncio.gather(
+            *(
+                play_game(C4, cfg, client, np.random.default_rng(s), stats, 5.0, cache, pool)  # type: ignore[arg-type]
+                for s in seeds
+            )
+        )
+    finally:
+        if pool is not None:
+            lanes = pool.lanes
+            await pool.aclose()
+    return games, stats, client, lanes
+
+
+@pytest.mark.parametrize("cache_mb", [0, 8])
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+async def test_pooled_games_are_the_per_leaf_games(name: str, cache_mb: float) -> None:
+    """Twelve games at once in lanes of five: each game is the one the per-leaf path plays,
+    and the counters agree; the pool sends far fewer messages."""
+    cfg, seeds = CONFIGS[name], list(range(12))
+    want, want_stats, leaf_client, _ = await _games(cfg, seeds, False, cache_mb, 5)
+    got, got_stats, pool_client, lanes = await _games(cfg, seeds, True, cache_mb, 5)
+    for a, b in zip(want, got, strict=True):
+        same(a, b)
+    if cache_mb == 0:  # with the cache, joins of leaves in flight differ (the pool has none)
+        assert counts(got_stats) == counts(want_stats)
+        assert pool_client.rows == leaf_client.rows
+    else:
+        assert got_stats.evaluations == want_stats.evaluations
+        assert got_stats.simulations == want_stats.simulations
+    assert lanes >= 3  # 12 searches, at most 5 per lane
+    assert pool_client.messages < pool_client.rows / 2
+
+
+async def test_games_on_several_versions_share_rounds_and_keep_their_own() -> None:
+    cfg = CONFIGS["gumbel"]
+    client = Client()
+    stats = SelfPlayStats()
+    pool = SearchPool(client.evaluate, 64, stats)
+
+    async def on(version: int, seed: int) -> FinishedGame:
+        c = Client()
+        c.latest_version = version
+        c.evaluate = client.evaluate  # type: ignore[method-assign]
+        return await play_game(C4, cfg, c, np.random.default_rng(seed), stats, pool=pool)  # type: ignore[arg-type]
+
+    got = await asyncio.gather(*(on(v, s) for v in (3, 4) for s in range(3)))
+    await pool.aclose()
+    for (v, s), g in zip([(v, s) for v in (3, 4) for s in range(3)], got, strict=True):
+        solo = Client()
+        solo.latest_version = v
+        same(g, await play_game(C4, cfg, solo, np.random.default_rng(s), SelfPlayStats()))  # type: ignore[arg-type]
+        assert g.version == v
+
+
+async def test_a_failed_evaluation_fails_its_searches_and_the_pool_goes_on() -> None:
+    client = Client(fail_on=3)
+    pool = SearchPool(client.evaluate, 8)
+    searches = [make_gumbel(C4, CONFIGS["gumbel"], np.random.default_rng(i)) for i in range(4)]
+    futs = [pool.search(s, C4.initial_state(), 3, True, 16) for s in searches]
+    results = await asyncio.gather(*futs, return_exceptions=True)
+    assert all(isinstance(r, RuntimeError) for r in results)
+    assert all(s.tree_nodes == 0 for s in searches)  # reset: never reused half-searched
+    # The same pool serves the next searches.
+    again = await pool.search(searches[0], C4.initial_state(), 3, True, 16)
+    assert again.visits.sum() == 16
+    await pool.aclose()
+
+
+async def test_bad_logits_fail_only_that_search() -> None:
+    good = Client()
+
+    def evaluate(obs: np.ndarray, version: int) -> Any:
+        if version == 9:
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            fut.set_result((np.zeros((len(obs), 3), np.float32), np.zeros(len(obs), np.float32)))
+            return fut
+        return good.evaluate(obs, version)
+
+    pool = SearchPool(evaluate, 8)
+    bad = pool.search(
+        make_mcts(C4, MCTSConfig(), np.random.default_rng(0)), C4.initial_state(), 9, False, 8
+    )
+    ok = pool.search(
+        make_mcts(C4, MCTSConfig(), np.random.default_rng(1)), C4.initial_state(), 3, False, 8
+    )
+    with pytest.raises(ValueError, match=r"logits of shape \(3,\)"):
+        await bad
+    assert (await ok).visits.sum() == 8
+    await pool.aclose()
+
+
+async def test_a_cancelled_search_leaves_its_lane() -> None:
+    client = Client(delay=0.01)
+    pool = SearchPool(client.evaluate, 8)
+    a = make_gumbel(
+        C4, MCTSConfig(algorithm="gumbel", num_simulations=64), np.random.default_rng(0)
+    )
+    b = make_gumbel(
+        C4, MCTSConfig(algorithm="gumbel", num_simulations=16), np.random.default_rng(1)
+    )
+    fa = pool.search(a, C4.initial_state(), 3, True, 64)
+    fb = pool.search(b, C4.initial_state(), 3, True, 16)
+    await asyncio.sleep(0.05)
+    fa.cancel()
+    assert (await fb).visits.sum() == 16
+    await asyncio.sleep(0.05)
+    assert a.tree_nodes == 0  # dropped and reset
+    assert sum(lane.size for lane in pool._lanes) == 0
+    await pool.aclose()
+
+
+async def test_searches_the_pool_cannot_drive_are_told_apart() -> None:
+    rng = np.random.default_rng(0)
+    assert SearchPool.supports(make_gumbel(C4, CONFIGS["gumbel"], rng))
+    assert SearchPool.supports(make_mcts(TTT, MCTSConfig(), rng))
+    assert not SearchPool.supports(make_mcts(C4, MCTSConfig(leaves_in_flight=4), rng))
+    assert not SearchPool.supports(make_mcts(C4, MCTSConfig(core="python"), rng))
+    assert not SearchPool.supports(
+        make_gumbel(C4, dataclasses.replace(CONFIGS["gumbel"], core="python"), rng)
+    )
+    with pytest.raises(ValueError, match="max_rows"):
+        SearchPool(Client().evaluate, 0)
