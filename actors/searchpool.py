@@ -226,25 +226,44 @@ class _Lane:
         if not groups:
             return
         sent = []
+        stats = pool.stats
         for version, group in groups.items():
-            stack = np.stack([j.obs for j in group])
+            # One copy of the leaves, no per-leaf arrays (the client copies once more to send).
+            joined = b"".join([j.obs for j in group])  # type: ignore[misc]
+            stack = np.frombuffer(joined, np.uint8).reshape(len(group), *group[0].obs.shape)
+            if stats is not None:
+                stats.evaluations += len(group)
+                stats.simulations += len(group)
             for job in group:
-                self._asked(job, 1)
+                if job.counter is not None:
+                    job.counter[0] += 1
             try:
                 sent.append((version, group, stack, pool._evaluate(stack, version)))
             except Exception as exc:  # noqa: BLE001 - a closed client: its searches fail
                 self._fail(group, exc)
         answers = await asyncio.gather(*(s[3] for s in sent), return_exceptions=True)
+        again = self._next
         for (version, group, stack, _), answer in zip(sent, answers, strict=True):
             if isinstance(answer, BaseException):
                 self._fail(group, answer)
                 continue
             logits, values = answer
+            values = values.tolist()  # the same doubles the tree reads from float32 scalars
             for i, job in enumerate(group):
                 if cache is not None:
                     cache.put(version, stack[i], logits[i], values[i])
-                if self._answer(job, logits[i], values[i]):
-                    self._next.append(job)
+                if job.fut.done():  # cancelled while its leaf was out
+                    self._drop(job)
+                    continue
+                try:
+                    done = job.feed(logits[i], values[i])
+                except Exception as exc:  # noqa: BLE001 - bad logits and the like
+                    self._fail([job], exc)
+                    continue
+                if done:
+                    self.size -= 1
+                else:
+                    again.append(job)
 
     def _asked(self, job: _Job, n: int) -> None:
         stats = self.pool.stats

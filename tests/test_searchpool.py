@@ -122,7 +122,8 @@ async def test_pooled_games_are_the_per_leaf_games(name: str, cache_mb: float) -
         assert got_stats.evaluations == want_stats.evaluations
         assert got_stats.simulations == want_stats.simulations
     assert lanes >= 3  # 12 searches, at most 5 per lane
-    assert pool_client.messages < pool_client.rows / 2
+    # The per-leaf fake sends a message per leaf; the pool, one per lane round.
+    assert pool_client.messages < 0.75 * leaf_client.messages
 
 
 async def test_games_on_several_versions_share_rounds_and_keep_their_own() -> None:
