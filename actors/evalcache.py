@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from azserve.cachestats import CacheStats
 
 ENTRY_OVERHEAD = 400
 """Bytes of Python objects per entry besides the key bytes and the logits data (the key tuple,
@@ -34,47 +35,7 @@ Result = tuple[np.ndarray, float]
 Evaluate = Callable[[np.ndarray, int], Awaitable[Any]]
 """``evaluate(obs, version)``: the client's evaluation (``EvalClient.evaluate``)."""
 
-
-@dataclass
-class CacheStats:
-    """Counters (cumulative) and size of one cache."""
-
-    hits: int = 0
-    """Positions answered from the cache (no message)."""
-    shared: int = 0
-    """Positions that joined an evaluation of the same key already in flight (no message)."""
-    misses: int = 0
-    """Positions sent to the server."""
-    evictions: int = 0
-    """Entries dropped to stay within the memory bound."""
-    entries: int = 0
-    bytes: int = 0
-    """Estimated footprint of the entries."""
-
-    @property
-    def hit_rate(self) -> float:
-        """Fraction of lookups answered without a message (hits and joins)."""
-        total = self.hits + self.shared + self.misses
-        return (self.hits + self.shared) / total if total else 0.0
-
-    def line(self) -> str:
-        """The status line's cache part (``azserve bench selfplay`` parses it)."""
-        return (
-            f"cache hit {100 * self.hit_rate:.1f}% hits {self.hits} shared {self.shared} "
-            f"misses {self.misses} entries {self.entries} {self.bytes / 2**20:.1f} MB "
-            f"evictions {self.evictions}"
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "hit_rate": round(self.hit_rate, 4),
-            "hits": self.hits,
-            "shared": self.shared,
-            "misses": self.misses,
-            "entries": self.entries,
-            "bytes": self.bytes,
-            "evictions": self.evictions,
-        }
+__all__ = ["ENTRY_OVERHEAD", "CacheStats", "EvalCache"]
 
 
 class EvalCache:

@@ -13,10 +13,10 @@ import pytest
 
 from actors.compiled_mcts import CompiledGumbel, compiled_available, make_gumbel
 from actors.games import ConnectFour, Game, TicTacToe
-from actors.gumbel import GumbelResult, GumbelSearch
+from actors.gumbel import GumbelSearch
 from actors.mcts import MCTSConfig
 from actors.selfplay import SelfPlayStats, make_search, play_game
-from tests.test_compiled_mcts import hashed
+from tests.test_compiled_mcts import assert_same, hashed, play_lockstep
 
 pytestmark = pytest.mark.skipif(
     not compiled_available(ConnectFour()), reason="actors._mcts_core was not built"
@@ -40,41 +40,11 @@ CONFIGS = {
 }
 
 
-def assert_same(a: GumbelResult, b: GumbelResult) -> None:
-    np.testing.assert_array_equal(a.visits, b.visits)
-    assert a.root_value == b.root_value
-    np.testing.assert_array_equal(a.root_prior, b.root_prior)
-    assert a.num_evaluations == b.num_evaluations
-    for name in ("policy", "scores", "gumbel"):
-        x, y = getattr(a, name), getattr(b, name)
-        assert x.dtype == y.dtype and x.shape == y.shape, name
-        np.testing.assert_array_equal(x, y, err_msg=name)
-
-
 async def _play_lockstep(game: Game, cfg: MCTSConfig, seed: int, evaluate: Any) -> int:
-    """One self-play game with both searches side by side, equal at every move; the moves."""
     py = GumbelSearch(game, dataclasses.replace(cfg, core="python"), np.random.default_rng(seed))
     cc = make_gumbel(game, dataclasses.replace(cfg, core="compiled"), np.random.default_rng(seed))
     assert isinstance(cc, CompiledGumbel)
-    state, move = game.initial_state(), 0
-    while not game.is_terminal(state):
-        noise = move % 3 != 2  # some searches without noise: deterministic top-k
-        sims = None if move % 4 else 1 + move % 7  # playout caps: some fast searches
-        a = await py.search(state, evaluate, noise, sims)
-        b = await cc.search(state, evaluate, noise, sims)
-        assert_same(a, b)
-        action = py.select_action(a, move)
-        assert cc.select_action(b, move) == action
-        np.testing.assert_array_equal(py.policy_target(a), cc.policy_target(b))
-        if move % 5 == 4:  # a second search of the same root, as after a version retry
-            assert_same(
-                await py.search(state, evaluate, True), await cc.search(state, evaluate, True)
-            )
-        state = game.apply(state, action)
-        py.advance(action)
-        cc.advance(action)
-        move += 1
-    return move
+    return await play_lockstep(game, py, cc, evaluate)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

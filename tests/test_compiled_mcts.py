@@ -13,8 +13,8 @@ import pytest
 
 from actors.compiled_mcts import CompiledMCTS, compiled_available, make_mcts
 from actors.games import ConnectFour, Game, TicTacToe
-from actors.mcts import MCTS, MCTSConfig, dirichlet
-from actors.selfplay import SelfPlayStats, play_game
+from actors.mcts import MCTS, MCTSConfig, SearchResult, dirichlet
+from actors.selfplay import SelfPlayStats, play_game, target_and_action
 
 pytestmark = pytest.mark.skipif(
     not compiled_available(ConnectFour()), reason="actors._mcts_core was not built"
@@ -50,34 +50,49 @@ CONFIGS = {
 }
 
 
-async def _play_lockstep(game: Game, cfg: MCTSConfig, seed: int, evaluate: Any) -> int:
-    """Play one self-play game with both searches side by side; assert equality at every move.
-    Returns the moves played."""
-    py = MCTS(game, dataclasses.replace(cfg, core="python"), np.random.default_rng(seed))
-    cc = make_mcts(game, dataclasses.replace(cfg, core="compiled"), np.random.default_rng(seed))
-    assert isinstance(cc, CompiledMCTS)
+def assert_same(a: SearchResult, b: SearchResult) -> None:
+    """Two searches' results are equal, bit for bit (Gumbel's arrays too)."""
+    np.testing.assert_array_equal(a.visits, b.visits)
+    assert a.root_value == b.root_value
+    np.testing.assert_array_equal(a.root_prior, b.root_prior)
+    assert a.num_evaluations == b.num_evaluations
+    for name in ("policy", "scores", "gumbel"):  # GumbelResult's
+        if hasattr(a, name):
+            x, y = getattr(a, name), getattr(b, name)
+            assert x.dtype == y.dtype and x.shape == y.shape, name
+            np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+async def play_lockstep(game: Game, py: Any, cc: Any, evaluate: Any) -> int:
+    """Play one self-play game with the Python search ``py`` and the compiled ``cc`` side by
+    side (same seed); assert equal results, moves and targets at every move. The moves."""
     state, move = game.initial_state(), 0
     while not game.is_terminal(state):
         noise = move % 3 != 2  # some searches without noise: the clean priors come back
         sims = None if move % 4 else 1 + move % 7  # playout caps: some fast searches
         a = await py.search(state, evaluate, noise, sims)
         b = await cc.search(state, evaluate, noise, sims)
-        np.testing.assert_array_equal(a.visits, b.visits)
-        assert a.root_value == b.root_value
-        np.testing.assert_array_equal(a.root_prior, b.root_prior)
-        assert a.num_evaluations == b.num_evaluations
-        action = py.select_action(a.visits, move)
-        assert cc.select_action(b.visits, move) == action
+        assert_same(a, b)
+        target, action = target_and_action(py, a, move)
+        target_b, action_b = target_and_action(cc, b, move)
+        assert action_b == action
+        np.testing.assert_array_equal(target, target_b)
         if move % 5 == 4:  # a second search of the same root, as after a version retry
-            a = await py.search(state, evaluate, add_noise=True)
-            b = await cc.search(state, evaluate, add_noise=True)
-            np.testing.assert_array_equal(a.visits, b.visits)
-            assert a.root_value == b.root_value
+            assert_same(
+                await py.search(state, evaluate, True), await cc.search(state, evaluate, True)
+            )
         state = game.apply(state, action)
         py.advance(action)
         cc.advance(action)
         move += 1
     return move
+
+
+async def _play_lockstep(game: Game, cfg: MCTSConfig, seed: int, evaluate: Any) -> int:
+    py = MCTS(game, dataclasses.replace(cfg, core="python"), np.random.default_rng(seed))
+    cc = make_mcts(game, dataclasses.replace(cfg, core="compiled"), np.random.default_rng(seed))
+    assert isinstance(cc, CompiledMCTS)
+    return await play_lockstep(game, py, cc, evaluate)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

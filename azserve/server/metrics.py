@@ -10,11 +10,11 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from azserve.cachestats import CacheStats
 from azserve.metrics import Counter as Tally
 from azserve.metrics import Histogram as Histogram_
 from azserve.metrics import LatencyWindow, RateMeter
 from azserve.prom import SECONDS, LoopHistogram, LoopHistograms, render, role_registry
-from azserve.server.rowcache import RowCacheStats
 
 BATCH_BOUNDS: list[float] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 """Rows-per-batch buckets."""
@@ -61,7 +61,7 @@ class ServerMetrics:
         latest: Callable[[], float],
         resident: Callable[[], float],
         model: str = "default",
-        cache: Callable[[], RowCacheStats | None] = lambda: None,
+        cache: Callable[[], CacheStats | None] = lambda: None,
     ) -> None:
         self.prom = reg = role_registry("server")
         m = {"model": model}
@@ -180,19 +180,14 @@ class ServerMetrics:
             f"busy {busy:.0%}  queued {queued_rows}  p50 {lat[50]:.1f} ms  p99 {lat[99]:.1f} ms  "
             f"versions {resident} latest {latest}  "
             f"errors {int(self.errors.value)} dropped {int(self.dropped.value)}"
-            + (
-                f"  cache hit {100 * c.hit_rate:.1f}% entries {c.entries} "
-                f"{c.bytes / 2**20:.1f} MB evictions {c.evictions}"
-                if (c := self._cache()) is not None
-                else ""
-            )
+            + (f"  {c.line()}" if (c := self._cache()) is not None else "")
         )
 
 
 class _CacheCollector:
     """The server cache's counts as Prometheus metrics, read at scrape time (none when off)."""
 
-    def __init__(self, stats: Callable[[], RowCacheStats | None], model: str) -> None:
+    def __init__(self, stats: Callable[[], CacheStats | None], model: str) -> None:
         self._stats = stats
         self._model = model
 

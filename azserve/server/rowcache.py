@@ -25,41 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from azserve.cachestats import CacheStats
+
 ENTRY_OVERHEAD = 480
 """Bytes of Python objects per entry besides the row's bytes and the result arrays' data (the
 key tuple and bytes header, two ndarray headers, the result tuple, the ordered dict's slot)."""
-
-
-@dataclass
-class RowCacheStats:
-    """Counters (cumulative) and size of one server's cache."""
-
-    hits: int = 0
-    """Rows answered from the cache."""
-    shared: int = 0
-    """Rows whose position another request of the same batch carried (computed once)."""
-    misses: int = 0
-    """Rows computed."""
-    evictions: int = 0
-    entries: int = 0
-    bytes: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        """Fraction of rows not computed (hits and shared)."""
-        total = self.hits + self.shared + self.misses
-        return (self.hits + self.shared) / total if total else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "hit_rate": round(self.hit_rate, 4),
-            "hits": self.hits,
-            "shared": self.shared,
-            "misses": self.misses,
-            "entries": self.entries,
-            "bytes": self.bytes,
-            "evictions": self.evictions,
-        }
 
 
 Key = tuple[Any, bytes]
@@ -93,7 +63,7 @@ class RowCache:
         if max_bytes <= 0:
             raise ValueError(f"max_bytes must be > 0, got {max_bytes}")
         self.max_bytes = max_bytes
-        self.stats = RowCacheStats()
+        self.stats = CacheStats()
         self._entries: OrderedDict[Key, Entry] = OrderedDict()
 
     def __len__(self) -> int:
