@@ -200,6 +200,8 @@ class _Lane:
                 await self._round(self._current)
         finally:
             for job in [*self._current, *self._next]:
+                if job.fut.done() and not job.fut.cancelled():
+                    continue  # finished: its game owns the tree again
                 job.tree.reset()
                 job.fut.cancel()
 
