@@ -89,8 +89,7 @@ class EvalCache:
     def get(self, version: int, obs: np.ndarray) -> Result | None:
         """The cached result of one position ``[C,H,W]`` on ``version`` (counted as a hit), or
         None (counted as a miss): the synchronous lookup of ``actors.searchpool``."""
-        shape = self._shapes.setdefault(obs.shape, obs.shape)
-        key = (version, shape, obs.dtype.char, obs.tobytes())
+        key = self._key(version, obs)
         hit = self._entries.get(key)
         if hit is None:
             self.stats.misses += 1
@@ -101,13 +100,17 @@ class EvalCache:
 
     def put(self, version: int, obs: np.ndarray, logits: np.ndarray, value: Any) -> None:
         """Store the network's answer for one position (a copy of it; kept if present)."""
-        shape = self._shapes.setdefault(obs.shape, obs.shape)
-        key = (version, shape, obs.dtype.char, obs.tobytes())
+        key = self._key(version, obs)
         if key in self._entries:
             return
         logits = np.array(logits, copy=True)
         logits.flags.writeable = False
         self._put(key, (logits, float(value)))
+
+    def _key(self, version: int, obs: np.ndarray) -> tuple[Any, ...]:
+        """The key of one position (``cached`` builds the same one inline, on its hot path)."""
+        shape = self._shapes.setdefault(obs.shape, obs.shape)
+        return (version, shape, obs.dtype.char, obs.tobytes())
 
     def _ask(
         self, evaluate: Evaluate, version: int, key: tuple[Any, ...], obs: np.ndarray
