@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.compiled_mcts import Compiled
+from actors.compiled_mcts import Compiled, CompiledGumbel, CompiledMCTS
 from actors.evalcache import EvalCache
 from actors.games import State
 
@@ -118,7 +118,7 @@ class SearchPool:
     @staticmethod
     def supports(search: Any) -> bool:
         """Whether the pool can drive ``search`` (a compiled one, one leaf at a time)."""
-        return bool(getattr(search, "sequential", False)) and hasattr(search, "prepare")
+        return isinstance(search, CompiledMCTS | CompiledGumbel) and search.sequential
 
     def search(
         self,
@@ -228,17 +228,12 @@ class _Lane:
         if not groups:
             return
         sent = []
-        stats = pool.stats
         for version, group in groups.items():
             # One copy of the leaves, no per-leaf arrays (the client copies once more to send).
             joined = b"".join([j.obs for j in group])  # type: ignore[misc]
             stack = np.frombuffer(joined, np.uint8).reshape(len(group), *group[0].obs.shape)
-            if stats is not None:
-                stats.evaluations += len(group)
-                stats.simulations += len(group)
             for job in group:
-                if job.counter is not None:
-                    job.counter[0] += 1
+                self._asked(job, 1)
             try:
                 sent.append((version, group, stack, pool._evaluate(stack, version)))
             except Exception as exc:  # noqa: BLE001 - a closed client: its searches fail
@@ -254,17 +249,7 @@ class _Lane:
             for i, job in enumerate(group):
                 if cache is not None:
                     cache.put(version, stack[i], logits[i], values[i])
-                if job.fut.done():  # cancelled while its leaf was out
-                    self._drop(job)
-                    continue
-                try:
-                    done = job.feed(logits[i], values[i])
-                except Exception as exc:  # noqa: BLE001 - bad logits and the like
-                    self._fail([job], exc)
-                    continue
-                if done:
-                    self.size -= 1
-                else:
+                if self._answer(job, logits[i], values[i]):
                     again.append(job)
 
     def _asked(self, job: _Job, n: int) -> None:
