@@ -25,7 +25,15 @@ from math import exp, log
 import numpy as np
 
 from actors.games.base import Game, State
-from actors.mcts import Evaluate, MCTSConfig, SearchResult, _backup, _expand, _Node
+from actors.mcts import (
+    Evaluate,
+    MCTSConfig,
+    SearchResult,
+    _backup,
+    _expand,
+    _Node,
+    sample_tempered,
+)
 
 _LOW_LOGIT = -1e9
 """mctx's floor for ``g + logits + sigma`` (keeps an only-considered action selectable)."""
@@ -275,13 +283,17 @@ class GumbelSearch:
                 self._root = child  # type: ignore[assignment]
 
     def select_action(self, result: GumbelResult, move_number: int) -> int:
-        """The move to play: among the survivors of sequential halving, the highest
-        ``temperature * g + logits + sigma(completed Q)`` while ``move_number <
-        temperature_moves`` (at temperature 1, mctx's action: a sample guided by the noise),
-        then the highest ``logits + sigma(completed Q)`` (ties to the lowest action)."""
+        """The move to play. While ``move_number < temperature_moves`` (and temperature > 0):
+        with ``gumbel_opening = "halving"``, among the survivors of sequential halving, the
+        highest ``temperature * g + logits + sigma(completed Q)`` (at temperature 1, mctx's
+        action: a sample guided by the noise); with ``"target"``, a sample from the policy
+        target ** (1 / temperature). After that, the highest ``logits + sigma(completed Q)``
+        among the survivors (ties to the lowest action)."""
         cfg = self.config
         scores = result.scores
         if move_number < cfg.temperature_moves and cfg.temperature > 0:
+            if cfg.gumbel_opening == "target":
+                return sample_tempered(result.policy, cfg.temperature, self.rng)
             scores = scores + cfg.temperature * result.gumbel
         return int(np.argmax(scores))
 

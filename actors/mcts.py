@@ -67,6 +67,13 @@ class MCTSConfig:
     """Gumbel: sigma(q) = (c_visit + max visits) * c_scale * q, q completed and in [0, 1]."""
     c_scale: float = 0.1
     """Gumbel: the scale of that transform (mctx's defaults: c_visit 50, c_scale 0.1)."""
+    gumbel_opening: Literal["halving", "target"] = "halving"
+    """Gumbel: how the first ``temperature_moves`` moves are chosen. ``halving`` = mctx's
+    action, the survivor of sequential halving with the highest ``temperature * g + logits +
+    sigma(completed Q)`` (g: the root's Gumbel noise); ``target`` = sampled from the policy
+    target (the improved policy) ** (1 / temperature), as PUCT samples from its target, the
+    visit counts. With a sharp policy and few simulations halving leaves one survivor whatever
+    the noise, so ``halving`` self-play can turn into near-repeats of one game."""
     full_search_fraction: float = 1.0
     """Playout cap randomization (KataGo): the fraction of moves searched with
     ``num_simulations`` and recorded as training targets; 1 records every move."""
@@ -89,6 +96,10 @@ class MCTSConfig:
             raise ValueError(f"dirichlet_fraction must be in [0, 1], got {self.dirichlet_fraction}")
         if not 0.0 <= self.no_resign_fraction <= 1.0:
             raise ValueError(f"no_resign_fraction must be in [0, 1], got {self.no_resign_fraction}")
+        if self.gumbel_opening not in ("halving", "target"):
+            raise ValueError(
+                f"gumbel_opening must be 'halving' or 'target', got {self.gumbel_opening!r}"
+            )
         if self.num_sampled_actions < 1:
             raise ValueError(f"num_sampled_actions must be >= 1, got {self.num_sampled_actions}")
         if not 0.0 < self.full_search_fraction <= 1.0:
@@ -156,6 +167,18 @@ class _Node:
         self.visited_prior = 0.0  # prior mass of children with n > 0, for FPU
         self.terminal_value: float | None = None  # set on terminal nodes (never expanded)
         self.clean_p: list[float] | None = None  # root priors before Dirichlet noise
+
+
+def sample_tempered(weights: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    """An index drawn with probability ~ weights ** (1 / temperature) (weights >= 0, not all 0).
+
+    ``Generator.choice(len(p), p=p / p.sum())`` without its checks (a third of its cost): the
+    same cumulative sum, normalisation and single uniform draw, so the same index
+    (tests/test_compiled_mcts.py compares the two)."""
+    p = (weights / weights.max()) ** (1.0 / temperature)
+    cdf = (p / p.sum()).cumsum()
+    cdf /= cdf[-1]
+    return int(cdf.searchsorted(rng.random(), side="right"))
 
 
 def dirichlet(rng: np.random.Generator, alpha: float, k: int) -> list[float]:
@@ -257,13 +280,7 @@ class MCTS:
         """
         cfg = self.config
         if move_number < cfg.temperature_moves and cfg.temperature > 0:
-            p = (visits / visits.max()) ** (1.0 / cfg.temperature)
-            # Generator.choice(len(p), p=p / p.sum()) without its checks (a third of its cost):
-            # the same cumulative sum, normalisation and single uniform draw, so the same move
-            # (tests/test_compiled_mcts.py compares the two).
-            cdf = (p / p.sum()).cumsum()
-            cdf /= cdf[-1]
-            return int(cdf.searchsorted(self.rng.random(), side="right"))
+            return sample_tempered(visits, cfg.temperature, self.rng)
         counts = visits.tolist()
         top = max(counts)
         best = [a for a, n in enumerate(counts) if n == top]

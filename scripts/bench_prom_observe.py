@@ -14,7 +14,11 @@ from azserve.server.metrics import ServerMetrics
 m = ServerMetrics(lambda: 0, lambda: 0, lambda: 0)
 window = LatencyWindow("x", "")
 stock = Histogram("x", "", buckets=SECONDS, registry=CollectorRegistry())
-runs: dict[str, list[float]] = {"window only": [], "window + histogram": [], "prometheus_client Histogram.observe": []}
+runs: dict[str, list[float]] = {
+    "window only": [],
+    "window + histogram": [],
+    "prometheus_client Histogram.observe": [],
+}
 for _ in range(5):
     for name, fn in (
         ("window only", lambda: window.observe(0.7)),

@@ -37,6 +37,8 @@ CONFIGS = {
     "one_sim": gumbel(num_simulations=1),
     "scales": gumbel(num_simulations=32, c_visit=10.0, c_scale=1.5),
     "no_reuse": gumbel(num_simulations=20, reuse_tree=False, temperature=0.0),
+    "hot_opening": gumbel(num_simulations=16, temperature=3.0, temperature_moves=20),
+    "target_opening": gumbel(num_simulations=16, gumbel_opening="target", temperature=2.0),
 }
 
 

@@ -294,6 +294,36 @@ async def test_gumbel_temperature_adds_the_noise_only_in_the_opening() -> None:
         assert cold.select_action(res, 0) == 5
 
 
+async def test_gumbel_target_opening_samples_the_improved_policy_at_temperature() -> None:
+    game = Bandit([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    for temperature in (1.0, 3.0):
+        search = gumbel(
+            game,
+            7,
+            num_simulations=6,
+            temperature_moves=4,
+            gumbel_opening="target",
+            temperature=temperature,
+        )
+        res = await search.search((), constant(np.zeros(6)), False)
+        want = res.policy.astype(np.float64) ** (1 / temperature)
+        want /= want.sum()
+        draws = 20_000
+        got = np.bincount([search.select_action(res, 3) for _ in range(draws)], minlength=6)
+        # Within 5 standard errors of the tempered target, every arm.
+        sd = np.sqrt(want * (1 - want) / draws)
+        assert (np.abs(got / draws - want) < 5 * sd + 1e-9).all(), (got / draws, want)
+        # Past the opening: the best survivor, as with "halving".
+        assert search.select_action(res, 4) == int(np.argmax(res.scores)) == 5
+    # Hotter spreads the moves: the best arm is chosen less often at 3 than at 1.
+    assert want[5] < (res.policy[5] / res.policy.sum())
+
+
+def test_gumbel_opening_is_checked() -> None:
+    with pytest.raises(ValueError, match="gumbel_opening must be 'halving' or 'target'"):
+        MCTSConfig(algorithm="gumbel", gumbel_opening="sample")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("algorithm", ["puct", "gumbel"])
 def test_resignation_rule_is_the_same_for_both(algorithm: str) -> None:
     cfg = MCTSConfig(algorithm=algorithm, resign_threshold=-0.9, resign_min_moves=3)
