@@ -61,6 +61,7 @@ typedef struct {
     int has_clean;
     double clean_p[MAXA];
     long count, done;
+    long fed;  /* leaves answered since start / gumbel_start (step, step_many, finish) */
     int nbatch;
     Node *leaves[64];
     int pathlen[64];
@@ -207,6 +208,8 @@ static void undo(Step *path, int len, double vl) {
     }
 }
 
+static void expand_row(Node *node, const char *base, Py_ssize_t stride, int is_double, double v);
+
 /* Priors from logits (float32 or float64 [A], any stride) and the node's own evaluation;
  * the value as a double into *out_v. */
 static int expand(Tree *t, Node *node, PyObject *logits, PyObject *value, double *out_v) {
@@ -243,15 +246,21 @@ static int expand(Tree *t, Node *node, PyObject *logits, PyObject *value, double
         return -1;
     }
     int is_double = view.format[strlen(view.format) - 1] == 'd';
-    const char *base = (const char *)view.buf;
     Py_ssize_t stride = view.strides ? view.strides[0] : view.itemsize;
+    expand_row(node, (const char *)view.buf, stride, is_double, v);
+    PyBuffer_Release(&view);
+    return 0;
+}
+
+/* Priors from one row of logits at `base` (float32, or float64 when is_double; `stride` bytes
+ * apart) and the node's own evaluation v: what expand() does once it has the buffer. */
+static void expand_row(Node *node, const char *base, Py_ssize_t stride, int is_double, double v) {
     double legal_x[MAXA];
     int k = node->k;
     for (int j = 0; j < k; j++) {
         const char *at = base + stride * node->actions[j];
         legal_x[j] = is_double ? *(const double *)at : (double)*(const float *)at;
     }
-    PyBuffer_Release(&view);
     /* _masked_softmax: max, exp(x - top), a left-to-right sum, e / total */
     if (k > 0) {
         double top = legal_x[0];
@@ -268,7 +277,6 @@ static int expand(Tree *t, Node *node, PyObject *logits, PyObject *value, double
     node->visits += 1;
     node->value_sum += v;
     node->raw_value = v;
-    return 0;
 }
 
 static int write_buffer(PyObject *out, Py_buffer *view, Py_ssize_t need) {
@@ -509,6 +517,7 @@ static int finish_leaf(Tree *t, int b, PyObject *logits, PyObject *value) {
     double v;
     if (expand(t, t->leaves[b], logits, value, &v) < 0) return -1;
     backup(t->paths + (size_t)b * MAXD, t->pathlen[b], v, t->vl);
+    t->fed += 1;
     return 0;
 }
 
@@ -657,6 +666,7 @@ static PyObject *Tree_start(Tree *t, PyObject *arg) {
     if (count == -1 && PyErr_Occurred()) return NULL;
     t->count = count;
     t->done = 0;
+    t->fed = 0;
     t->nbatch = 0;
     Py_RETURN_NONE;
 }
@@ -800,6 +810,7 @@ static PyObject *Tree_gumbel_start(Tree *t, PyObject *args) {
     }
     t->count = (long)n;
     t->done = 0;
+    t->fed = 0;
     t->nbatch = 0;
     Py_RETURN_NONE;
 }
@@ -882,6 +893,7 @@ static PyObject *Tree_advance(Tree *t, PyObject *args) {
 }
 
 static PyObject *Tree_get_nodes(Tree *t, void *unused) { return PyLong_FromLong(t->nodes); }
+static PyObject *Tree_get_fed(Tree *t, void *unused) { return PyLong_FromLong(t->fed); }
 
 static PyMethodDef Tree_methods[] = {
     {"reset", (PyCFunction)Tree_reset, METH_NOARGS, "Drop the tree."},
@@ -909,6 +921,7 @@ static PyMethodDef Tree_methods[] = {
 
 static PyGetSetDef Tree_getset[] = {
     {"nodes", (getter)Tree_get_nodes, NULL, "Live nodes of this tree.", NULL},
+    {"fed", (getter)Tree_get_fed, NULL, "Leaves answered since the search's start.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -925,9 +938,130 @@ static PyTypeObject TreeType = {
     .tp_getset = Tree_getset,
 };
 
+/* --- many trees at once ------------------------------------------------------------------- */
+
+/* The buffer's item type: 0 float32, 1 float64, -1 anything else. */
+static int float_kind(const Py_buffer *view) {
+    const char *f = view->format;
+    if (!f) return -1;
+    if (strcmp(f, "f") == 0 || strcmp(f, "<f") == 0 || strcmp(f, "=f") == 0) return 0;
+    if (strcmp(f, "d") == 0 || strcmp(f, "<d") == 0 || strcmp(f, "=d") == 0) return 1;
+    return -1;
+}
+
+/* Record the exception raised for tree i into *errors (a list of (i, exception)), clear it. */
+static int keep_error(PyObject **errors, Py_ssize_t i) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb) PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    if (!*errors && !(*errors = PyList_New(0))) {
+        Py_XDECREF(value);
+        return -1;
+    }
+    PyObject *item = Py_BuildValue("(nN)", i, value);
+    if (!item || PyList_Append(*errors, item) < 0) {
+        Py_XDECREF(item);
+        return -1;
+    }
+    Py_DECREF(item);
+    return 0;
+}
+
+/* step_many(trees, logits, values, outs) -> (flags, errors): tree i's one pending leaf takes
+ * row i of logits ([n', A] float32 or float64, n' >= n) and values ([n'] float32 or float64),
+ * exactly as trees[i].step(logits[i], float(values[i]), outs[i]) does, and its next leaf goes
+ * into outs[i]. flags: bytes, 1 where the tree waits for another leaf, 0 where its search is
+ * done or it failed; errors: None, or [(i, exception)] for the trees that failed (the others
+ * are stepped all the same). */
+static PyObject *step_many(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "step_many(trees, logits, values, outs)");
+    PyObject *trees = args[0], *outs = args[3];
+    if (!PyList_Check(trees) || !PyList_Check(outs))
+        return PyErr_Format(PyExc_TypeError, "step_many: trees and outs must be lists");
+    Py_ssize_t n = PyList_GET_SIZE(trees);
+    if (PyList_GET_SIZE(outs) != n)
+        return PyErr_Format(PyExc_ValueError, "step_many: %zd trees but %zd outs", n,
+                            PyList_GET_SIZE(outs));
+    Py_buffer lv, vv;
+    if (PyObject_GetBuffer(args[1], &lv, PyBUF_RECORDS_RO) < 0) return NULL;
+    if (PyObject_GetBuffer(args[2], &vv, PyBUF_RECORDS_RO) < 0) {
+        PyBuffer_Release(&lv);
+        return NULL;
+    }
+    int ld = float_kind(&lv), vd = float_kind(&vv);
+    PyObject *flags = NULL, *errors = NULL;
+    if (lv.ndim != 2 || vv.ndim != 1 || ld < 0 || vd < 0 || lv.shape[0] < n || vv.shape[0] < n) {
+        PyErr_Format(PyExc_ValueError,
+                     "step_many: logits must be [n, A] and values [n], float32 or float64");
+        goto done;
+    }
+    if (!(flags = PyBytes_FromStringAndSize(NULL, n))) goto done;
+    char *f = PyBytes_AS_STRING(flags);
+    const char *lbase = (const char *)lv.buf, *vbase = (const char *)vv.buf;
+    Py_ssize_t ls0 = lv.strides[0], ls1 = lv.strides[1], vs = vv.strides[0];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        f[i] = 0;
+        PyObject *o = PyList_GET_ITEM(trees, i);
+        int more = -1;
+        if (!PyObject_TypeCheck(o, &TreeType)) {
+            PyErr_Format(PyExc_TypeError, "step_many: trees[%zd] is not a Tree", i);
+        } else {
+            Tree *t = (Tree *)o;
+            if (t->nbatch != 1) {
+                PyErr_Format(PyExc_RuntimeError, "step needs exactly one pending leaf");
+            } else if (lv.shape[1] != t->num_actions) {
+                PyErr_Format(PyExc_ValueError, "evaluate returned logits of shape (%zd,), "
+                             "expected (%d,)", lv.shape[1], t->num_actions);
+            } else {
+                const char *vat = vbase + vs * i;
+                double v = vd ? *(const double *)vat : (double)*(const float *)vat;
+                expand_row(t->leaves[0], lbase + ls0 * i, ls1, ld, v);
+                backup(t->paths, t->pathlen[0], v, t->vl);
+                t->fed += 1;
+                t->done += 1;
+                t->nbatch = 0;
+                Py_buffer ov;
+                if (write_buffer(PyList_GET_ITEM(outs, i), &ov,
+                                 (Py_ssize_t)t->obs_size * t->width) == 0) {
+                    more = descend(t, (unsigned char *)ov.buf);
+                    PyBuffer_Release(&ov);
+                }
+            }
+        }
+        if (more < 0) {
+            if (keep_error(&errors, i) < 0) {
+                Py_CLEAR(flags);
+                goto done;
+            }
+        } else {
+            f[i] = more > 0;
+        }
+    }
+done:
+    PyBuffer_Release(&lv);
+    PyBuffer_Release(&vv);
+    if (!flags) {
+        Py_XDECREF(errors);
+        return NULL;
+    }
+    PyObject *r = Py_BuildValue("(NO)", flags, errors ? errors : Py_None);
+    Py_XDECREF(errors);
+    return r;
+}
+
+static PyMethodDef module_methods[] = {
+    {"step_many", (PyCFunction)(void (*)(void))step_many, METH_FASTCALL,
+     "step_many(trees, logits, values, outs) -> (flags, errors): each tree's step at once."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "actors._mcts_core",
-    "The compiled trees behind actors.compiled_mcts (CompiledMCTS, CompiledGumbel).", -1, NULL,
+    "The compiled trees behind actors.compiled_mcts (CompiledMCTS, CompiledGumbel).", -1,
+    module_methods,
 };
 
 PyMODINIT_FUNC PyInit__mcts_core(void) {

@@ -32,6 +32,10 @@ except ImportError:  # built by `pip install -e .` when a C compiler is present
 
 _SUPPORTED = {ConnectFour: "connect4", TicTacToe: "tictactoe"}
 
+step_many: Any = getattr(_mcts_core, "step_many", None)
+"""``step_many(trees, logits [n, A], values [n], outs) -> (flags, errors)``: ``tree.step`` of
+many trees at once, each on its own row (``actors.searchpool``); None when not built."""
+
 
 def compiled_available(game: Game) -> bool:
     """Whether the compiled core was built and knows ``game``'s rules."""

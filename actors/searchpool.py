@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from itertools import compress
 from typing import Any
 
 import numpy as np
 
-from actors.compiled_mcts import Compiled, CompiledGumbel, CompiledMCTS
+from actors.compiled_mcts import Compiled, CompiledGumbel, CompiledMCTS, step_many
 from actors.evalcache import EvalCache
 from actors.games import State
 
@@ -49,7 +50,7 @@ class _Job:
     """One search in a lane: its tree, the leaf it waits on and the future of its result."""
 
     __slots__ = (
-        "search", "tree", "version", "obs", "fut", "evaluations", "root", "noise", "sims",
+        "search", "tree", "version", "obs", "fut", "root", "root_asked", "noise", "sims",
         "counter",
     )  # fmt: skip
 
@@ -67,26 +68,43 @@ class _Job:
         self.version = version
         self.obs = np.empty(search.game.obs_shape, np.uint8)
         self.fut = fut
-        self.evaluations = 0
-        self.root = False
+        self.root = False  # the leaf it waits on is the root
+        self.root_asked = 0  # 1 when the root was evaluated (not reused)
         self.noise = noise
         self.sims = sims
         self.counter = counter
 
     def feed(self, logits: Any, value: Any) -> bool:
         """Give the waiting leaf its answer; True when the search is done (result set)."""
-        self.evaluations += 1
         if self.root:
-            self.root = False
             self.tree.expand_root(logits, value)
             self.search.prepare(self.noise, self.sims)
+            self.root = False
             more = self.tree.descend(self.obs)
         else:
             more = self.tree.step(logits, value, self.obs)
         if more:
             return False
-        self.fut.set_result(self.search.result(self.evaluations))
+        self.finish()
         return True
+
+    def finish(self) -> None:
+        """The search is done: its result, and its leaves counted for its game."""
+        evaluations = self.asked(0)
+        self.count(0)
+        self.fut.set_result(self.search.result(evaluations))
+
+    def asked(self, pending: int) -> int:
+        """Leaves asked for by this search: its root's, those answered since (the tree counts
+        them), and ``pending`` asked for and not fed."""
+        if self.root:  # waiting on its root: nothing else asked yet
+            return pending
+        return self.root_asked + self.tree.fed + pending
+
+    def count(self, pending: int) -> None:
+        """Add the search's leaves asked for to its game's counter (once, as it leaves)."""
+        if self.counter is not None:
+            self.counter[0] += self.asked(pending)
 
 
 class SearchPool:
@@ -137,6 +155,7 @@ class SearchPool:
         try:
             if search.begin(state):
                 job.root = True
+                job.root_asked = 1
                 job.tree.root_obs(job.obs)
             else:
                 search.prepare(add_noise, sims)
@@ -208,7 +227,9 @@ class _Lane:
     async def _round(self, jobs: list[_Job]) -> None:
         pool = self.pool
         cache = pool.cache
-        groups: dict[int, list[_Job]] = {}
+        # Per version: the searches waiting on an inner leaf, then those waiting on their root
+        # (fed one by one: a root's answer is followed by the search's setup in Python).
+        groups: dict[int, tuple[list[_Job], list[_Job]]] = {}
         for job in jobs:
             if job.fut.done():  # cancelled: its game stopped
                 self._drop(job)
@@ -216,71 +237,101 @@ class _Lane:
             if cache is not None:
                 waiting = True
                 while waiting and (hit := cache.get(job.version, job.obs)) is not None:
-                    self._asked(job, 1)
+                    self._asked(1)
                     waiting = self._answer(job, *hit)
                 if not waiting:
                     continue
             group = groups.get(job.version)
             if group is None:
-                groups[job.version] = [job]
-            else:
-                group.append(job)
+                group = groups[job.version] = ([], [])
+            group[job.root].append(job)
         if not groups:
             return
         sent = []
-        for version, group in groups.items():
+        for version, (inner, roots) in groups.items():
+            group = inner + roots if roots else inner
             # One copy of the leaves, no per-leaf arrays (the client copies once more to send).
             joined = b"".join([j.obs for j in group])  # type: ignore[misc]
             stack = np.frombuffer(joined, np.uint8).reshape(len(group), *group[0].obs.shape)
-            for job in group:
-                self._asked(job, 1)
+            self._asked(len(group))
             try:
-                sent.append((version, group, stack, pool._evaluate(stack, version)))
+                sent.append((version, inner, group, stack, pool._evaluate(stack, version)))
             except Exception as exc:  # noqa: BLE001 - a closed client: its searches fail
                 self._fail(group, exc)
-        answers = await asyncio.gather(*(s[3] for s in sent), return_exceptions=True)
+        answers = await asyncio.gather(*(s[4] for s in sent), return_exceptions=True)
         again = self._next
-        for (version, group, stack, _), answer in zip(sent, answers, strict=True):
+        for (version, inner, group, stack, _), answer in zip(sent, answers, strict=True):
             if isinstance(answer, BaseException):
                 self._fail(group, answer)
                 continue
             logits, values = answer
-            values = values.tolist()  # the same doubles the tree reads from float32 scalars
-            for i, job in enumerate(group):
+            first = 0
+            if cache is None and inner and _fast(logits, values):
+                self._step_inner(inner, logits, values, again)
+                first = len(inner)
+            vals = values.tolist()  # the same doubles the tree reads from float32 scalars
+            for i in range(first, len(group)):
+                job = group[i]
                 if cache is not None:
-                    cache.put(version, stack[i], logits[i], values[i])
-                if self._answer(job, logits[i], values[i]):
+                    cache.put(version, stack[i], logits[i], vals[i])
+                if self._answer(job, logits[i], vals[i]):
                     again.append(job)
 
-    def _asked(self, job: _Job, n: int) -> None:
+    def _step_inner(self, inner: list[_Job], logits: Any, values: Any, again: list[_Job]) -> None:
+        """The first ``len(inner)`` rows of a reply to their searches, stepped in C at once
+        (``step_many``: what ``_answer`` does per search, the same calls on each tree)."""
+        flags, errors = step_many([j.tree for j in inner], logits, values, [j.obs for j in inner])
+        again.extend(compress(inner, flags))
+        done = list(compress(inner, flags.translate(_NOT)))
+        if not done:
+            return
+        failed = dict(errors) if errors else {}
+        if failed:
+            index = {id(j): i for i, j in enumerate(inner)}
+        for job in done:
+            if failed and (exc := failed.get(index[id(job)])) is not None:
+                # Bad logits and the like: this search fails; the leaf was asked, not fed.
+                self._fail([job], exc, pending=1)
+                continue
+            self.size -= 1
+            if job.fut.done():  # cancelled meanwhile: its game stopped
+                job.count(0)
+                job.tree.reset()
+                continue
+            job.finish()
+
+    def _asked(self, n: int) -> None:
         stats = self.pool.stats
         if stats is not None:
             stats.evaluations += n
             stats.simulations += n
-        if job.counter is not None:
-            job.counter[0] += n
 
     def _answer(self, job: _Job, logits: Any, value: Any) -> bool:
         """Answer ``job``'s leaf; True when it waits for another (in ``job.obs``), False when
         it left the lane (done, failed or cancelled)."""
         if job.fut.done():
-            self._drop(job)
+            self._drop(job, pending=1)
             return False
         try:
             done = job.feed(logits, value)
         except Exception as exc:  # noqa: BLE001 - bad logits and the like: this search fails
-            self._fail([job], exc)
+            self._fail([job], exc, pending=1)
             return False
         if done:
             self.size -= 1
         return not done
 
-    def _drop(self, job: _Job) -> None:
+    def _drop(self, job: _Job, pending: int = 0) -> None:
+        """A cancelled search leaves; ``pending``: a leaf of it asked for and not fed."""
+        job.count(pending)
         job.tree.reset()
         self.size -= 1
 
-    def _fail(self, group: list[_Job], exc: BaseException) -> None:
+    def _fail(self, group: list[_Job], exc: BaseException, pending: int = 1) -> None:
+        """The searches of ``group`` fail with ``exc``; each had ``pending`` leaves asked for
+        and not fed (the one that failed)."""
         for job in group:
+            job.count(pending)
             job.tree.reset()
             self.size -= 1
             if job.fut.done():
@@ -289,3 +340,22 @@ class _Lane:
                 job.fut.cancel()
             else:
                 job.fut.set_exception(exc)
+
+
+_NOT = bytes.maketrans(b"\x00\x01", b"\x01\x00")
+
+
+def _fast(logits: Any, values: Any) -> bool:
+    """Whether ``step_many`` takes the reply as it is (float32 or float64 rows)."""
+    return (
+        step_many is not None
+        and isinstance(logits, np.ndarray)
+        and isinstance(values, np.ndarray)
+        and logits.ndim == 2
+        and values.ndim == 1
+        and logits.dtype in _FLOATS
+        and values.dtype in _FLOATS
+    )
+
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))

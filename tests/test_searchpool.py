@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import compiled_available, make_gumbel, make_mcts
+from actors.compiled_mcts import compiled_available, make_gumbel, make_mcts, step_many
 from actors.evalcache import EvalCache
 from actors.games import ConnectFour, TicTacToe
 from actors.mcts import MCTSConfig
@@ -215,3 +215,122 @@ async def test_searches_the_pool_cannot_drive_are_told_apart() -> None:
     )
     with pytest.raises(ValueError, match="max_rows"):
         SearchPool(Client().evaluate, 0)
+
+
+# --- step_many: every tree's step at once, in C ---------------------------------------------------
+
+
+def _started(cfg: MCTSConfig, seed: int) -> tuple[Any, np.ndarray]:
+    """A compiled search from the opening, its root expanded and its first leaf in obs."""
+    search = (make_gumbel if cfg.algorithm == "gumbel" else make_mcts)(
+        C4, cfg, np.random.default_rng(seed)
+    )
+    assert search.begin(C4.initial_state())
+    root = np.empty(C4.obs_shape, np.uint8)
+    search.tree.root_obs(root)
+    logits, value = _answer(root[None], np.float32)
+    search.tree.expand_root(logits[0], float(value[0]))
+    search.prepare(True, cfg.num_simulations)
+    obs = np.empty(C4.obs_shape, np.uint8)
+    assert search.tree.descend(obs) == 1
+    return search, obs
+
+
+def _answer(stack: np.ndarray, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(int(stack.sum()) + len(stack))
+    logits = (rng.standard_normal((len(stack), 7)) * 2).astype(dtype)
+    return logits, rng.uniform(-1, 1, len(stack)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["gumbel", "puct"])
+def test_step_many_is_step_on_each_tree(name: str, dtype: Any) -> None:
+    """Six searches stepped one by one and six stepped by step_many, on the same answers: the
+    same leaves at every round, the same flags, results and counts of leaves fed."""
+    cfg = CONFIGS[name]
+    one = [_started(cfg, i) for i in range(6)]
+    many = [_started(cfg, i) for i in range(6)]
+    live = list(range(6))
+    rounds = 0
+    while live:
+        stack = np.stack([one[i][1] for i in live])
+        np.testing.assert_array_equal(stack, np.stack([many[i][1] for i in live]))
+        logits, values = _answer(stack, dtype)
+        want = [
+            one[i][0].tree.step(logits[j], float(values[j]), one[i][1]) for j, i in enumerate(live)
+        ]
+        flags, errors = step_many(
+            [many[i][0].tree for i in live], logits, values, [many[i][1] for i in live]
+        )
+        assert errors is None
+        assert list(flags) == [int(w > 0) for w in want]
+        live = [i for i, f in zip(live, flags, strict=True) if f]
+        rounds += 1
+    assert rounds == cfg.num_simulations  # no terminal leaf this early in the game
+    for (a, _), (b, _) in zip(one, many, strict=True):
+        assert a.tree.fed == b.tree.fed == cfg.num_simulations
+        ra, rb = a.result(1), b.result(1)
+        np.testing.assert_array_equal(ra.visits, rb.visits)
+        assert ra.root_value == rb.root_value
+
+
+def test_step_many_fails_only_the_trees_that_cannot_step() -> None:
+    cfg = CONFIGS["gumbel"]
+    (a, oa), (b, ob) = _started(cfg, 0), _started(cfg, 1)
+    idle = make_gumbel(C4, cfg, np.random.default_rng(2))  # no search: no pending leaf
+    logits, values = _answer(np.stack([oa, oa, ob, oa]), np.float32)
+    flags, errors = step_many(
+        [a.tree, idle.tree, b.tree, "not a tree"], logits, values, [oa, oa.copy(), ob, oa.copy()]
+    )
+    assert list(flags) == [1, 0, 1, 0]  # a and b stepped, waiting for their next leaves
+    assert [i for i, _ in errors] == [1, 3]
+    assert isinstance(errors[0][1], RuntimeError) and "one pending leaf" in str(errors[0][1])
+    assert isinstance(errors[1][1], TypeError)
+    assert a.tree.fed == b.tree.fed == 1
+    with pytest.raises(ValueError, match=r"logits must be \[n, A\]"):
+        step_many([a.tree], logits[0], values, [oa])  # one row, not [n, A]
+    with pytest.raises(ValueError, match=r"logits must be \[n, A\]"):
+        step_many([a.tree], logits.astype(np.float16), values, [oa])
+    with pytest.raises(ValueError, match="1 trees but 2 outs"):
+        step_many([a.tree], logits, values, [oa, ob])
+
+
+async def test_the_pool_steps_inner_leaves_in_c_and_fails_bad_rows_per_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the cache the pool feeds inner leaves through step_many; logits of the wrong
+    width after the root fail that version's searches, and the others go on."""
+    import actors.searchpool as sp
+
+    calls = []
+
+    def counting(trees: list[Any], *rest: Any) -> Any:
+        calls.append(len(trees))
+        return step_many(trees, *rest)
+
+    monkeypatch.setattr(sp, "step_many", counting)
+    good = Client()
+    seen: dict[int, int] = {}
+
+    def evaluate(obs: np.ndarray, version: int) -> Any:
+        seen[version] = seen.get(version, 0) + 1
+        if version == 9 and seen[version] > 1:  # the roots' answers are fine, then 3 columns
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            fut.set_result((np.zeros((len(obs), 3), np.float32), np.zeros(len(obs), np.float32)))
+            return fut
+        return good.evaluate(obs, version)
+
+    pool = SearchPool(evaluate, 8)
+    cfg = CONFIGS["gumbel"]
+    bad = [pool.search(make_gumbel(C4, cfg, np.random.default_rng(i)), C4.initial_state(), 9,
+                       True, 16) for i in range(2)]  # fmt: skip
+    ok = pool.search(
+        make_gumbel(C4, cfg, np.random.default_rng(5)), C4.initial_state(), 3, True, 16
+    )
+    for fut in bad:
+        with pytest.raises(ValueError, match=r"logits of shape \(3,\)"):
+            await fut
+    assert (await ok).visits.sum() == 16
+    assert calls and max(calls) == 2  # two inner leaves at once on a version
+    assert sum(lane.size for lane in pool._lanes) == 0
+    await pool.aclose()
