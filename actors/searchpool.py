@@ -241,10 +241,10 @@ class _Lane:
                     waiting = self._answer(job, *hit)
                 if not waiting:
                     continue
-            group = groups.get(job.version)
-            if group is None:
-                group = groups[job.version] = ([], [])
-            group[job.root].append(job)
+            parts = groups.get(job.version)
+            if parts is None:
+                parts = groups[job.version] = ([], [])
+            parts[job.root].append(job)
         if not groups:
             return
         sent = []
