@@ -38,7 +38,7 @@ train: venv
 
 test: venv
 	scripts/system_deps.sh  # Slurm and munge for the cluster tests (root + apt only)
-	$(BIN)/python -m pytest -q $(TESTS)
+	AZSERVE_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q $(TESTS)
 
 fuzz: venv
 	AZSERVE_FUZZ_EXAMPLES=200000 $(BIN)/python -m pytest -q tests/test_fuzz.py -p no:cacheprovider

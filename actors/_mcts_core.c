@@ -1068,6 +1068,12 @@ PyMODINIT_FUNC PyInit__mcts_core(void) {
     if (PyType_Ready(&TreeType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+    /* actors/compiled_mcts.py's _ABI: bumped with every change of this module's interface, so
+     * that a stale build is told apart and not run. */
+    if (PyModule_AddIntConstant(m, "ABI", 2) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&TreeType);
     if (PyModule_AddObject(m, "Tree", (PyObject *)&TreeType) < 0) {
         Py_DECREF(&TreeType);

@@ -17,6 +17,7 @@ The compiled core knows Connect Four and tic-tac-toe bitboards; ``make_mcts`` an
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import numpy as np
@@ -25,10 +26,33 @@ from actors.games import ConnectFour, Game, State, TicTacToe
 from actors.gumbel import GumbelResult, GumbelSearch, considered_visits
 from actors.mcts import MCTS, Evaluate, MCTSConfig, SearchResult, dirichlet
 
+log = logging.getLogger("actors.compiled_mcts")
+
+_ABI = 2
+"""The interface of actors/_mcts_core.c this module drives (its ``ABI``); a build of an older
+source (the C file changed, ``pip install -e .`` not run again) is not used."""
+
+
+def _checked_core(module: Any) -> tuple[Any, str]:
+    """(the compiled core, or None; why not, when None)."""
+    if module is None:
+        return None, "it was not built"
+    abi = getattr(module, "ABI", 1)
+    if abi != _ABI:
+        why = (
+            f"{module.__file__} was built from an older actors/_mcts_core.c (ABI {abi}, this "
+            f"code needs {_ABI}); rebuild it with `pip install -e .`"
+        )
+        log.warning("the compiled MCTS is not used: %s", why)
+        return None, why
+    return module, ""
+
+
 try:
-    from actors import _mcts_core
+    from actors import _mcts_core as _built
 except ImportError:  # built by `pip install -e .` when a C compiler is present
-    _mcts_core = None
+    _built = None
+_mcts_core, _UNAVAILABLE = _checked_core(_built)
 
 _SUPPORTED = {ConnectFour: "connect4", TicTacToe: "tictactoe"}
 
@@ -50,7 +74,7 @@ def _use_compiled(game: Game, config: MCTSConfig) -> bool:
     if compiled_available(game):
         return True
     if config.core == "compiled":
-        why = "it was not built" if _mcts_core is None else f"it does not know {game.name}"
+        why = _UNAVAILABLE if _mcts_core is None else f"it does not know {game.name}"
         raise ValueError(f"mcts.core=compiled: the compiled MCTS is unavailable ({why})")
     return False
 
@@ -138,6 +162,13 @@ class _Compiled:
             obs = empty(shape, uint8)  # a new array: evaluate may still hold the last one
             n = step(logits, value, obs)
         return evaluations
+
+    def encode_root(self, state: State) -> np.ndarray:
+        """The observation of ``state``, the tree's root after a search, encoded in C (the
+        same bytes as ``game.encode``: tests/test_compiled_mcts.py compares whole games)."""
+        out = np.empty(self.game.obs_shape, np.uint8)
+        self._tree.root_obs(out)
+        return out
 
     def advance(self, action: int) -> None:
         self._tree.advance(action, self.config.reuse_tree)

@@ -272,6 +272,10 @@ class GumbelSearch:
         _expand(self.game, node, logits, value)
         node.raw_value = float(value)
 
+    def encode_root(self, state: State) -> np.ndarray:
+        """The observation of ``state``, the position just searched (what self-play records)."""
+        return self.game.encode(state)
+
     def advance(self, action: int) -> None:
         """Play ``action`` at the root: its subtree becomes the root (or the tree is dropped)."""
         root, self._root = self._root, None

@@ -262,6 +262,10 @@ class MCTS:
         prior[root.actions] = root.clean_p if root.clean_p is not None else root.p
         return SearchResult(visits, root.value_sum / root.visits, prior, evaluations)
 
+    def encode_root(self, state: State) -> np.ndarray:
+        """The observation of ``state``, the position just searched (what self-play records)."""
+        return self.game.encode(state)
+
     def advance(self, action: int) -> None:
         """Play ``action`` at the root: its subtree becomes the root (or the tree is dropped)."""
         root, self._root = self._root, None

@@ -213,7 +213,7 @@ async def play_game(
                 would_resign = mover
             target, action = target_and_action(mcts, res, move)
             if full:
-                obs.append(game.encode(state))
+                obs.append(mcts.encode_root(state))
                 policies.append(target)
                 movers.append(mover)
             state = game.apply(state, action)

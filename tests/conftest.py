@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -338,3 +339,16 @@ async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> No
         if loop.time() > deadline:
             raise AssertionError(f"condition not met in {timeout_s} s")
         await asyncio.sleep(0.005)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """``make test`` sets AZSERVE_REQUIRE_COMPILED=1: the compiled MCTS tests must run, not be
+    skipped because the optional C extension failed to build or is stale."""
+    if os.environ.get("AZSERVE_REQUIRE_COMPILED") == "1":
+        from actors import compiled_mcts
+
+        if compiled_mcts._mcts_core is None:
+            raise pytest.UsageError(
+                "AZSERVE_REQUIRE_COMPILED=1 but the compiled MCTS core is unavailable: "
+                f"{compiled_mcts._UNAVAILABLE}"
+            )

@@ -137,6 +137,7 @@ async def test_play_game_targets_match() -> None:
     for seed, base in enumerate(
         [MCTSConfig(num_simulations=30, resign_threshold=-0.6, no_resign_fraction=0.3)] * 6
         + [capped] * 3
+        + [MCTSConfig(algorithm="gumbel", num_simulations=16, temperature=3.0)] * 3
     ):
         games = []
         for core in ("python", "compiled"):
@@ -272,3 +273,19 @@ def test_dirichlet_matches_numpy(alpha: float) -> None:
         k = 2 + i % 8
         assert dirichlet(a, alpha, k) == b.dirichlet([alpha] * k).tolist()
     assert a.random() == b.random()  # the streams stay in step
+
+
+def test_a_stale_build_of_the_core_is_not_used(caplog: pytest.LogCaptureFixture) -> None:
+    """A core built from an older C file (no ABI, or another one) is refused with the fix named;
+    the current build is the one in use."""
+    from types import SimpleNamespace
+
+    from actors import _mcts_core, compiled_mcts
+
+    assert compiled_mcts._checked_core(_mcts_core) == (_mcts_core, "")
+    for stale in (SimpleNamespace(__file__="old.so"), SimpleNamespace(__file__="old.so", ABI=1)):
+        core, why = compiled_mcts._checked_core(stale)
+        assert core is None
+        assert "older actors/_mcts_core.c (ABI 1" in why and "pip install -e ." in why
+    assert "rebuild it with `pip install -e .`" in caplog.text
+    assert compiled_mcts._checked_core(None) == (None, "it was not built")
