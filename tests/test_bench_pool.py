@@ -1,0 +1,38 @@
+"""``python -m actors.bench_pool``: both variants play the same games (same seeds, same
+simulations) on the instant evaluator, and the report says what each cost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from actors import bench_pool
+from actors.compiled_mcts import compiled_available
+from actors.games import ConnectFour
+
+pytestmark = pytest.mark.skipif(
+    not compiled_available(ConnectFour()), reason="actors._mcts_core was not built"
+)
+
+
+@pytest.mark.parametrize("algorithm", ["gumbel", "puct"])
+def test_both_variants_play_the_same_games(tmp_path: Path, algorithm: str) -> None:
+    out = tmp_path / "pool.json"
+    argv = ["--games", "16", "--per-round", "24", "--rounds", "2", "--simulations", "8"]
+    assert bench_pool.main([*argv, "--algorithm", algorithm, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    pool, leaf = report["pool"], report["leaf"]
+    assert pool["games"] == leaf["games"] == 48
+    # The same seeds give the same games whichever way the leaves are driven: to the count.
+    assert pool["simulations"] == leaf["simulations"] > 48 * 8 * 5
+    for v in (pool, leaf):
+        assert v["cpu_s"] > 0
+        assert v["simulations_per_cpu_s"] == pytest.approx(v["simulations"] / v["cpu_s"], rel=0.01)
+
+
+def test_unknown_variants_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        bench_pool.main(["--variants", "pool,fast"])
+    assert "unknown variant 'fast'" in capsys.readouterr().err
