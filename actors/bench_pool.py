@@ -42,6 +42,7 @@ class InstantClient:
         self.num_actions = num_actions
         self.latest_version = 1
         self.rows = 0
+        self.calls = 0
 
     def pin_latest(self) -> Any:
         return contextlib.nullcontext(self.latest_version)
@@ -51,6 +52,7 @@ class InstantClient:
         one = obs.ndim == 3
         rows = obs.reshape(1 if one else len(obs), -1).astype(np.float32)
         self.rows += len(rows)
+        self.calls += 1
         out = rows @ self.weights * 0.1
         logits, values = out[:, : self.num_actions].copy(), np.tanh(out[:, -1])
         fut.set_result((logits[0], float(values[0])) if one else (logits, values))
@@ -58,7 +60,8 @@ class InstantClient:
 
 
 async def play(game_name: str, cfg: MCTSConfig, games: int, total: int, pooled: bool, seed: int):
-    """Play ``total`` games, ``games`` at a time; (simulations, CPU seconds, games)."""
+    """Play ``total`` games, ``games`` at a time; (simulations, CPU seconds, games, rows per
+    evaluation call)."""
     game = make_game(game_name)
     client = InstantClient(int(np.prod(game.obs_shape)), game.num_actions, seed)
     stats = SelfPlayStats()
@@ -77,7 +80,7 @@ async def play(game_name: str, cfg: MCTSConfig, games: int, total: int, pooled: 
     finally:
         if pool is not None:
             await pool.aclose()
-    return stats.simulations, time.process_time() - t0, stats.games
+    return stats.simulations, time.process_time() - t0, stats.games, client.rows / client.calls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,14 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     sims = dict.fromkeys(variants, 0)
     cpu = dict.fromkeys(variants, 0.0)
     played = dict.fromkeys(variants, 0)
+    batch = dict.fromkeys(variants, 0.0)
     for r in range(args.rounds):
         for v in variants:
-            s, c, g = uvloop.run(
+            s, c, g, b = uvloop.run(
                 play(args.game, cfg, args.games, args.per_round, v == "pool", args.seed + r)
             )
             sims[v] += s
             cpu[v] += c
             played[v] += g
+            batch[v] += b / args.rounds
             print(f"round {r + 1} {v}: {s / c:,.0f} simulations per CPU-second", file=sys.stderr)
     report = {
         "game": args.game,
@@ -129,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                 "simulations": sims[v],
                 "cpu_s": round(cpu[v], 4),
                 "games": played[v],
+                "rows_per_evaluation": round(batch[v], 2),
             }
             for v in variants
         },

@@ -217,6 +217,10 @@ class _Lane:
                     await self._wake.wait()
                 self._current, self._next = self._next, []
                 await self._round(self._current)
+                # The games whose searches just finished take their move and hand in their next
+                # search before the next round goes out: without this yield each round missed
+                # them, about one search in sixteen at 16 simulations (rounds of 120 of 128).
+                await asyncio.sleep(0)
         finally:
             for job in [*self._current, *self._next]:
                 if job.fut.done() and not job.fut.cancelled():

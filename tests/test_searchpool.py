@@ -334,3 +334,38 @@ async def test_the_pool_steps_inner_leaves_in_c_and_fails_bad_rows_per_search(
     assert calls and max(calls) == 2  # two inner leaves at once on a version
     assert sum(lane.size for lane in pool._lanes) == 0
     await pool.aclose()
+
+
+async def test_rounds_go_out_full_while_every_game_is_playing() -> None:
+    """A game whose search finished takes its move and hands in its next search before its
+    lane's next round goes out: with as many games as lanes hold, rounds are full (before,
+    each round missed the searches that finished in the last one)."""
+    sizes: list[int] = []
+    client = Client()
+
+    def evaluate(obs: np.ndarray, version: int) -> Any:
+        sizes.append(len(obs))
+        return client.evaluate(obs, version)
+
+    cfg = dataclasses.replace(CONFIGS["gumbel"], resign_threshold=-2.0)
+    pool = SearchPool(evaluate, 8)
+    stats = SelfPlayStats()
+    stop = False
+
+    async def player(seed: int) -> None:
+        while not stop:
+            rng = np.random.default_rng([seed, len(sizes)])
+            await play_game(C4, cfg, client, rng, stats, 5.0, None, pool)  # type: ignore[arg-type]
+
+    tasks = [asyncio.ensure_future(player(i)) for i in range(16)]  # two lanes of 8
+    while len(sizes) < 400:
+        await asyncio.sleep(0.01)
+    stop = True
+    steady = sizes[20:400]
+    await asyncio.gather(*tasks)
+    lanes = pool.lanes
+    await pool.aclose()
+    assert stats.games > 16  # games ended and new ones began meanwhile
+    assert lanes == 2
+    # Rounds with a root are full too; only a game's last move leaves a gap until it restarts.
+    assert sum(n == 8 for n in steady) >= 0.9 * len(steady), sorted(steady)[:20]
