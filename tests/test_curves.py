@@ -174,3 +174,24 @@ def test_compare_from_the_command_line_takes_names_and_files(tmp_path: Path) -> 
     figures = json.loads((tmp_path / "compare.json").read_text())
     assert sorted(figures) == ["tictactoe", "tictactoe-gumbel"]
     assert all(f["mcts_step"] == 10 for f in figures.values())
+
+
+def test_compare_no_score_draws_finished_runs_as_they_are(tmp_path: Path) -> None:
+    """``--no-score``: two finished runs (linked in under their labels) are drawn from their
+    own evaluations; their kept checkpoints are not scored with MCTS."""
+    from azserve.app.cli import main
+
+    for label in ("a", "b"):
+        fake_run(tmp_path / "runs" / label, load_config(TTT), 2)
+    out = tmp_path / "ab"
+    out.mkdir()
+    for label in ("a", "b"):
+        (out / label).symlink_to(tmp_path / "runs" / label)
+    argv = ["compare", "--config", str(TTT), "--label", "a", "--config", str(TTT), "--label", "b"]
+    argv += ["--minutes", "1", "--run-dir", str(out), "--no-progress", "--no-score"]
+    assert main(argv) == 0
+    assert not (tmp_path / "runs" / "a" / "curve.jsonl").exists()  # nothing scored
+    figures = json.loads((out / "compare.json").read_text())
+    assert sorted(figures) == ["a", "b"]
+    assert all(f["learner_steps"] == 20 and "mcts_step" not in f for f in figures.values())
+    assert (out / "curves.png").is_file()

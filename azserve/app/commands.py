@@ -73,6 +73,12 @@ def register(sub: Any, common: Common) -> None:
     p.add_argument(
         "--no-progress", action="store_true", help="plain log lines instead of the live table"
     )
+    p.add_argument(
+        "--no-score",
+        action="store_true",
+        help="do not score kept checkpoints with MCTS: draw only the runs' own evaluations "
+        "(e.g. finished runs linked into RUN_DIR under their labels)",
+    )
     p.set_defaults(run=_compare)
 
     p = sub.add_parser("analyze", help="JSON-lines analysis engine (stdin -> stdout)")

@@ -59,8 +59,10 @@ def run_comparison(
     minutes: float,
     keep_every: int | None = None,
     progress: bool = False,
+    score: bool = True,
 ) -> dict[str, Any]:
-    """Train each candidate for ``minutes``, score its kept checkpoints, draw the curves;
+    """Train each candidate for ``minutes``, score its kept checkpoints (unless not
+    ``score``: then only the evaluations the runs made themselves are drawn), draw the curves;
     returns (and writes as ``compare.json``) the figures per candidate. ``keep_every``
     overrides ``checkpoint.keep_every``: how densely the MCTS curve is sampled."""
     from azserve.app.train import run_training  # the supervisor pulls in the process tree
@@ -78,8 +80,9 @@ def run_comparison(
                 raise AzserveError(f"interrupted during {c.label}; run again to continue")
             if code != 0:
                 log.warning("%s: training exited with code %d", c.label, code)
-        scored = score_checkpoints(cfg, run_dir)
-        print(f"compare: {c.label}: {scored} checkpoints scored with MCTS", flush=True)
+        if score:
+            scored = score_checkpoints(cfg, run_dir)
+            print(f"compare: {c.label}: {scored} checkpoints scored with MCTS", flush=True)
     runs = {c.label: read_run(out_dir / c.label) for c in candidates}
     figures = {c.label: summarize(runs[c.label], out_dir / c.label) for c in candidates}
     (out_dir / "compare.json").write_text(json.dumps(figures, indent=1) + "\n")
@@ -197,7 +200,12 @@ def run_compare(args: Any) -> int:
     """The ``azserve compare`` main."""
     candidates = load_candidates(args.config, args.label or [], args.overrides)
     figures = run_comparison(
-        candidates, Path(args.run_dir), args.minutes, args.keep_every, not args.no_progress
+        candidates,
+        Path(args.run_dir),
+        args.minutes,
+        args.keep_every,
+        not args.no_progress,
+        score=not args.no_score,
     )
     print(format_table(figures), flush=True)
     return 0
