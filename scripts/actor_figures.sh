@@ -27,6 +27,8 @@ bench() {  # NAME, then --set overrides
 
 "$BIN/python" -m actors.bench_mcts --seconds 30 --simulations 800 --json "$OUT/mcts.json" \
   >"$OUT/mcts.log" 2>&1
+"$BIN/python" -m actors.bench_pool --rounds 3 --per-round 1000 --json "$OUT/pool-alone.json" \
+  >"$OUT/pool-alone.log" 2>&1
 SYN=(--set backend.kind=synthetic --set actors.cache_mb=0)
 bench syn256-leaf "${SYN[@]}" --set actors.search_pool=false
 bench syn256-pool "${SYN[@]}" --set actors.search_pool=true
@@ -48,8 +50,11 @@ cols = ("actor_simulations_per_cpu_s", "simulations_per_s", "positions_per_s", "
         "mean_batch", "inference_busy_fraction")
 print("| run | " + " | ".join(cols) + " | lag mean/max ms | actor cores | cache hit | server cache hit |")
 print("|---" * (len(cols) + 5) + "|")
+p = json.loads((out / "pool-alone.json").read_text())
+print("the actor side alone (bench_pool), simulations per CPU-s:",
+      {k: (p[k]["simulations_per_cpu_s"], p[k]["rows_per_evaluation"]) for k in ("pool", "leaf")})
 for f in sorted(out.glob("*.json")):
-    if f.name == "mcts.json":
+    if f.name in ("mcts.json", "pool-alone.json"):
         continue
     r = json.loads(f.read_text())
     lag = r.get("event_loop_lag_ms", {})
