@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
 import socket
 import tempfile
@@ -352,3 +353,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                 "AZSERVE_REQUIRE_COMPILED=1 but the compiled MCTS core is unavailable: "
                 f"{compiled_mcts._UNAVAILABLE}"
             )
+
+
+def load_script(name: str) -> Any:
+    """``scripts/<name>.py`` as a module (the scripts are not a package), registered in
+    ``sys.modules`` so that its dataclasses resolve their module."""
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader, path
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod

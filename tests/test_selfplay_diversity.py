@@ -4,9 +4,7 @@ variants of the move choice; no temperature plays one game over and over."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from azserve.app.config import to_dict
 from azserve.app.schema import load_config
 from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer
+from tests import conftest
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -23,14 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load_script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "selfplay_diversity", REPO / "scripts" / "selfplay_diversity.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclass looks its module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return conftest.load_script("selfplay_diversity")
 
 
 def test_measure_counts_repeats_and_openings(monkeypatch: pytest.MonkeyPatch) -> None:

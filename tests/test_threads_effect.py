@@ -3,20 +3,15 @@ in force when they were written, weighted by the time each covers."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from tests import conftest
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def load_script():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "threads_effect", REPO / "scripts" / "threads_effect.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return conftest.load_script("threads_effect")
 
 
 def status(t: str, rows: str, batch: float, busy: int) -> str:
