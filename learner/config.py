@@ -60,12 +60,21 @@ class TrainerConfig:
     "loss": an explicit ``weight_decay/2 * ||w||^2`` term, reported in the loss as ``l2``."""
     value_weight: float = 1.0
     """Weight of the value MSE relative to the policy cross-entropy."""
-    lr_schedule: Literal["constant", "cosine", "step"] = "constant"
-    """Shape of the learning rate after warmup."""
+    lr_schedule: Literal["constant", "cosine", "step", "run"] = "constant"
+    """Shape of the learning rate after warmup. "run": constant at ``lr``, then a cosine down
+    to ``lr * lr_final_ratio`` over the last ``lr_anneal_fraction`` of the time budget of
+    ``azserve train`` (train.minutes), by the clock: the steps a run will make are not known
+    when it starts, its end is."""
     total_steps: int = 100_000
     """Cosine: steps over which lr decays from ``lr`` to ``lr * lr_final_ratio``."""
     lr_final_ratio: float = 0.0
     """Cosine: final lr as a fraction of ``lr``."""
+    lr_anneal_fraction: float = 0.25
+    """Run: the last fraction of the time budget over which the learning rate anneals."""
+    run_start_unix: float = 0.0
+    """Run: when the time budget began (unix seconds). Set by ``azserve train``; 0 = unset."""
+    run_end_unix: float = 0.0
+    """Run: when the time budget ends (unix seconds). Set by ``azserve train``; 0 = unset."""
     lr_milestones: tuple[int, ...] = ()
     """Step: steps at which lr is multiplied by ``lr_gamma``."""
     lr_gamma: float = 0.1
@@ -96,6 +105,15 @@ class TrainerConfig:
             raise ConfigError("trainer.weight_decay and trainer.warmup_steps must be >= 0")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ConfigError(f"trainer.grad_clip: must be > 0 or unset, got {self.grad_clip}")
+        if not 0.0 < self.lr_anneal_fraction <= 1.0:
+            raise ConfigError(
+                f"trainer.lr_anneal_fraction: must be in (0, 1], got {self.lr_anneal_fraction}"
+            )
+        if self.run_end_unix and not self.run_end_unix > self.run_start_unix:
+            raise ConfigError(
+                f"trainer.run_end_unix: must be after trainer.run_start_unix "
+                f"({self.run_start_unix}), got {self.run_end_unix}"
+            )
         if list(self.lr_milestones) != sorted(self.lr_milestones):
             raise ConfigError(
                 f"trainer.lr_milestones: must be increasing, got {self.lr_milestones}"

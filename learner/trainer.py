@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from azserve.errors import ConfigError
 from azserve.model.device import resolve_device
 from azserve.model.network import build_net
 from azserve.model.spec import NetConfig
@@ -22,18 +23,40 @@ from learner.loss import Symmetries, alphazero_loss, augment, l2_penalty
 from learner.replay import Batch
 
 
-def lr_at(cfg: TrainerConfig, step: int) -> float:
-    """Learning rate for the update made at ``step`` (0-based): warmup, then the schedule."""
+def lr_at(cfg: TrainerConfig, step: int, now: float | None = None) -> float:
+    """Learning rate for the update made at ``step`` (0-based) at unix time ``now`` (the
+    "run" schedule's clock; the others ignore it): warmup, then the schedule."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     if cfg.lr_schedule == "cosine":
         span = max(cfg.total_steps - cfg.warmup_steps, 1)
-        progress = min((step - cfg.warmup_steps) / span, 1.0)
-        final = cfg.lr * cfg.lr_final_ratio
-        return final + (cfg.lr - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        return _cosine(cfg, (step - cfg.warmup_steps) / span)
+    if cfg.lr_schedule == "run":
+        check_run_clock(cfg)
+        length = cfg.lr_anneal_fraction * (cfg.run_end_unix - cfg.run_start_unix)
+        start = cfg.run_end_unix - length
+        return _cosine(cfg, ((time.time() if now is None else now) - start) / length)
     if cfg.lr_schedule == "step":
         return cfg.lr * cfg.lr_gamma ** sum(step >= m for m in cfg.lr_milestones)
     return cfg.lr
+
+
+def _cosine(cfg: TrainerConfig, progress: float) -> float:
+    """From ``lr`` at progress 0 down to ``lr * lr_final_ratio`` at 1 (held outside [0, 1])."""
+    progress = min(max(progress, 0.0), 1.0)
+    final = cfg.lr * cfg.lr_final_ratio
+    return final + (cfg.lr - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def check_run_clock(cfg: TrainerConfig) -> None:
+    """The "run" schedule needs the time budget that ``azserve train`` writes into the config."""
+    if cfg.lr_schedule == "run" and not cfg.run_end_unix:
+        raise ConfigError(
+            "trainer.lr_schedule: 'run' anneals over the time budget of `azserve train "
+            "--minutes M` (train.minutes), and this learner was given none "
+            "(trainer.run_end_unix is unset): run it under `azserve train` with a time "
+            "budget, or use 'cosine' with trainer.total_steps"
+        )
 
 
 class Trainer:
@@ -47,6 +70,7 @@ class Trainer:
     def __init__(
         self, net_cfg: NetConfig, cfg: TrainerConfig, symmetries: Symmetries | None = None
     ) -> None:
+        check_run_clock(cfg)
         self.net_cfg = net_cfg
         self.cfg = cfg
         self.device = resolve_device(cfg.device, "trainer.device")

@@ -254,3 +254,35 @@ def test_crashed_child_is_reported_and_the_run_stops(start, tmp_path: Path) -> N
     # The learner was stopped in order and left its checkpoint.
     assert "checkpoint: " in (run_dir / "logs" / "learner.log").read_text()
     assert latest_checkpoint(run_dir / "checkpoints") is not None
+
+
+@pytest.mark.timeout(240)
+def test_run_schedule_anneals_over_the_end_of_the_time_budget(start, tmp_path: Path) -> None:
+    # Without a time budget the schedule is refused before anything starts, naming the keys.
+    bare = start(
+        tmp_path / "bare", "--steps", "20", "--set", "train.minutes=0",
+        "--set", "trainer.lr_schedule=run",
+    )  # fmt: skip
+    assert bare.wait(timeout=60) == 2, bare.output
+    assert "trainer.lr_schedule: 'run' anneals over the time budget" in bare.output
+    assert "train.minutes is 0" in bare.output and "Traceback" not in bare.output
+
+    run_dir = tmp_path / "run"
+    sets = [
+        "trainer.lr_schedule=run",
+        "trainer.lr_anneal_fraction=0.5",
+        "trainer.lr_final_ratio=0.1",
+    ]
+    run = start(run_dir, "--minutes", "0.5", *(a for s in sets for a in ("--set", s)))
+    assert run.wait(timeout=180) == 0, run.output
+    assert "time budget of 0.5 min reached" in run.output
+    cfg = load_config(run_dir / "config.toml")
+    start_s, end_s = cfg.trainer.run_start_unix, cfg.trainer.run_end_unix
+    assert end_s - start_s == pytest.approx(30.0)
+    rows = [r for r in rows_of(run_dir) if "lr" in r]
+    peak = cfg.trainer.lr
+    before = [r["lr"] for r in rows if r["time"] < start_s + 14.0]
+    during = [r["lr"] for r in rows if r["time"] > start_s + 16.0]
+    assert before and all(lr == pytest.approx(peak) for lr in before), rows
+    assert len(during) >= 2 and during == sorted(during, reverse=True), during
+    assert during[-1] < 0.5 * peak and min(during) >= 0.1 * peak - 1e-12

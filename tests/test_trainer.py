@@ -50,6 +50,39 @@ def test_lr_schedules() -> None:
     assert [lr_at(c, s) for s in (0, 2, 3, 5, 6, 100)] == [1.0, 1.0, 0.5, 0.5, 0.25, 0.25]
 
 
+def test_run_schedule_anneals_by_the_clock_over_the_budgets_end() -> None:
+    # A 100 s budget from t=1000, annealing over its last quarter: constant to t=1075, then a
+    # cosine to lr_final_ratio at t=1100, held there after; warmup still comes first.
+    c = cfg(
+        lr=1.0,
+        lr_schedule="run",
+        lr_anneal_fraction=0.25,
+        lr_final_ratio=0.1,
+        run_start_unix=1000.0,
+        run_end_unix=1100.0,
+        warmup_steps=2,
+    )
+    assert lr_at(c, 0, now=1000.0) == 0.5  # warmup
+    assert [lr_at(c, 9, now=t) for t in (1000.0, 1050.0, 1075.0)] == [1.0, 1.0, 1.0]
+    assert lr_at(c, 9, now=1087.5) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert lr_at(c, 9, now=1100.0) == pytest.approx(0.1)
+    assert lr_at(c, 9, now=2000.0) == pytest.approx(0.1)
+    lrs = [lr_at(c, 9, now=1075.0 + i) for i in range(26)]
+    assert lrs == sorted(lrs, reverse=True) and lrs[0] > lrs[-1]
+
+
+def test_run_schedule_without_a_budget_is_refused_with_the_fix() -> None:
+    c = cfg(lr_schedule="run")
+    with pytest.raises(ConfigError, match=r"trainer.run_end_unix is unset.*azserve train"):
+        lr_at(c, 0)
+    with pytest.raises(ConfigError, match="trainer.lr_schedule: 'run'"):
+        Trainer(NET, c)
+    with pytest.raises(ConfigError, match="trainer.lr_anneal_fraction"):
+        TrainerConfig(lr_anneal_fraction=0.0)
+    with pytest.raises(ConfigError, match="trainer.run_end_unix: must be after"):
+        TrainerConfig(run_start_unix=10.0, run_end_unix=5.0)
+
+
 def test_config_checks() -> None:
     with pytest.raises(ConfigError, match="trainer.lr"):
         TrainerConfig(lr=0.0)

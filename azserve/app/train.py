@@ -25,7 +25,7 @@ from azserve.app.display import Display, Row, bar, human, pct, sig
 from azserve.app.schema import Config, replace, save_config
 from azserve.app.supervisor import Child, azserve_argv, child_env
 from azserve.auth import AuthConfig
-from azserve.errors import AzserveError
+from azserve.errors import AzserveError, ConfigError
 from azserve.metrics import RateMeter
 from azserve.sync_client import SyncClient
 from learner.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
@@ -79,6 +79,23 @@ def resolve_for_run(cfg: Config, sock_dir: Path) -> Config:
         backend=server_threads(cfg.train.server_threads),
         actors={"learner": "", "sink": "learner"},
         learner=learner,
+    )
+
+
+def with_run_clock(cfg: Config, now: float) -> Config:
+    """The time budget written into the learner's config for ``trainer.lr_schedule = "run"``
+    (which anneals by the clock over its end), counted from ``now``; a resumed run anneals
+    over its own new budget. Other schedules are left as they are."""
+    if cfg.trainer.lr_schedule != "run":
+        return cfg
+    if not cfg.train.minutes:
+        raise ConfigError(
+            "trainer.lr_schedule: 'run' anneals over the time budget, and train.minutes is 0 "
+            "(no time budget): set train.minutes (or --minutes), or use 'cosine' with "
+            "trainer.total_steps"
+        )
+    return replace(
+        cfg, trainer={"run_start_unix": now, "run_end_unix": now + cfg.train.minutes * 60}
     )
 
 
@@ -177,6 +194,7 @@ class Training:
             raise AzserveError(
                 f"{self.run_dir} already holds a run: pass --resume to continue it, or pick a new --run-dir"
             )
+        self.cfg = with_run_clock(self.cfg, time.time())  # the budget counts from about now
         self._build_children()
         # server first (actors wait for it), then the learner, then the actors
         for child in self.children:
