@@ -40,13 +40,12 @@ class ActorsConfig:
     cache_mb: float = 64.0
     """Evaluation cache of the process (``actors.evalcache``), shared by its games: memory it
     may use (0 = off). Keyed by (version, position): hits are exact and cost no message."""
-    search_pool: bool = False
+    search_pool: bool = True
     """Drive the games' compiled searches in rounds (``actors.searchpool``): one message per
-    round of leaves and no future per leaf, the same results; 1.6-1.8x the simulations per
-    actor CPU-second, for hosts where the actors are the limit (an accelerator). Off by default:
-    on a CPU host, where inference is the limit, its rounds fill batches less well (118 against
-    127 rows) and made 13% fewer positions/s (docs/benchmarks.md). Searches the pool cannot
-    drive (the Python core, PUCT with ``mcts.leaves_in_flight > 1``) await their own leaves."""
+    round of leaves, no future per leaf, the leaves of a round fed in C; the same results as a
+    coroutine awaiting each leaf (false). More simulations per actor CPU-second, and on this
+    CPU host more positions/s too (docs/benchmarks.md). Searches the pool cannot drive (the
+    Python core, PUCT with ``mcts.leaves_in_flight > 1``) await their own leaves."""
     seed: int = 0
     """Base seed; each process and game coroutine derives its own stream."""
     metrics_port: int = 0

@@ -98,6 +98,44 @@ class EvalCache:
         self.stats.hits += 1
         return hit
 
+    def lookup(self, version: int, obs: np.ndarray) -> tuple[tuple[Any, ...], Result | None]:
+        """``get`` that also returns the key, for ``put_rows`` to store the answer under it
+        without building it again (``actors.searchpool``)."""
+        shape = self._shapes.setdefault(obs.shape, obs.shape)
+        key = (version, shape, obs.dtype.char, obs.tobytes())
+        hit = self._entries.get(key)
+        if hit is None:
+            self.stats.misses += 1
+            return key, None
+        self._entries.move_to_end(key)
+        self.stats.hits += 1
+        return key, hit
+
+    def put_rows(
+        self, keys: list[tuple[Any, ...]], logits: np.ndarray, values: list[float]
+    ) -> None:
+        """Store the rows of one reply under the keys ``lookup`` gave their positions (a copy
+        of each row; a key already present is kept): ``put`` for a whole stack at once."""
+        entries = self._entries
+        stats = self.stats
+        size = 0
+        for key, row, value in zip(keys, logits, values, strict=True):
+            if key in entries:
+                continue
+            row = row.copy()
+            row.flags.writeable = False
+            if not size:
+                size = len(key[3]) + row.nbytes + ENTRY_OVERHEAD
+                if size > self.max_bytes:
+                    return
+            entries[key] = (row, value)
+            stats.bytes += size
+        while stats.bytes > self.max_bytes:
+            old = entries.popitem(last=False)
+            stats.bytes -= self._size(*old)
+            stats.evictions += 1
+        stats.entries = len(entries)
+
     def put(self, version: int, obs: np.ndarray, logits: np.ndarray, value: Any) -> None:
         """Store the network's answer for one position (a copy of it; kept if present)."""
         key = self._key(version, obs)

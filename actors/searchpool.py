@@ -20,7 +20,8 @@ batches in flight, as the game coroutines did.
   evaluator the visit counts, moves and training targets are those of the per-leaf path
   (tests/test_searchpool.py).
 - **The evaluation cache** (``actors.evalcache``) is consulted for each leaf before it joins a
-  round (a hit is fed at once) and filled from each reply; leaves in flight are not joined.
+  round (a hit is fed at once) and filled from each well-formed reply, under the keys of the
+  lookups that missed; leaves in flight are not joined.
 - **Failures stay per search.** An evaluation's error (``VersionUnavailable``, a timeout, a
   server error) fails the searches of that version's message, whose trees are reset; a
   cancelled search (its game stopped) is dropped at its next round.
@@ -51,7 +52,7 @@ class _Job:
 
     __slots__ = (
         "search", "tree", "version", "obs", "fut", "root", "root_asked", "noise", "sims",
-        "counter",
+        "counter", "key",
     )  # fmt: skip
 
     def __init__(
@@ -73,6 +74,7 @@ class _Job:
         self.noise = noise
         self.sims = sims
         self.counter = counter
+        self.key: Any = None  # the cache's key of the leaf it waits on (a miss)
 
     def feed(self, logits: Any, value: Any) -> bool:
         """Give the waiting leaf its answer; True when the search is done (result set)."""
@@ -196,12 +198,14 @@ class _Lane:
     def __init__(self, pool: SearchPool, index: int) -> None:
         self.pool = pool
         self.size = 0
+        self.num_actions = 0  # of the game of its searches, once it has one
         self._next: list[_Job] = []
         self._current: list[_Job] = []
         self._wake = asyncio.Event()
         self.task = asyncio.create_task(self._run(), name=f"search-lane-{index}")
 
     def add(self, job: _Job) -> None:
+        self.num_actions = job.search.game.num_actions
         self.size += 1
         self._next.append(job)
         self._wake.set()
@@ -240,7 +244,11 @@ class _Lane:
                 continue
             if cache is not None:
                 waiting = True
-                while waiting and (hit := cache.get(job.version, job.obs)) is not None:
+                while waiting:
+                    key, hit = cache.lookup(job.version, job.obs)
+                    if hit is None:
+                        job.key = key
+                        break
                     self._asked(1)
                     waiting = self._answer(job, *hit)
                 if not waiting:
@@ -259,27 +267,37 @@ class _Lane:
             stack = np.frombuffer(joined, np.uint8).reshape(len(group), *group[0].obs.shape)
             self._asked(len(group))
             try:
-                sent.append((version, inner, group, stack, pool._evaluate(stack, version)))
+                sent.append((inner, group, pool._evaluate(stack, version)))
             except Exception as exc:  # noqa: BLE001 - a closed client: its searches fail
                 self._fail(group, exc)
-        answers = await asyncio.gather(*(s[4] for s in sent), return_exceptions=True)
+        answers = await asyncio.gather(*(s[2] for s in sent), return_exceptions=True)
         again = self._next
-        for (version, inner, group, stack, _), answer in zip(sent, answers, strict=True):
+        for (inner, group, _), answer in zip(sent, answers, strict=True):
             if isinstance(answer, BaseException):
                 self._fail(group, answer)
                 continue
             logits, values = answer
+            vals = values.tolist()  # the same doubles the tree reads from float32 scalars
+            if cache is not None and self._well_formed(logits, vals, len(group)):
+                cache.put_rows([j.key for j in group], logits, vals)
             first = 0
-            if cache is None and inner and _fast(logits, values):
+            if inner and _fast(logits, values):
                 self._step_inner(inner, logits, values, again)
                 first = len(inner)
-            vals = values.tolist()  # the same doubles the tree reads from float32 scalars
             for i in range(first, len(group)):
                 job = group[i]
-                if cache is not None:
-                    cache.put(version, stack[i], logits[i], vals[i])
                 if self._answer(job, logits[i], vals[i]):
                     again.append(job)
+
+    def _well_formed(self, logits: Any, vals: Any, rows: int) -> bool:
+        """Whether a reply may be cached: one row of the game's width per leaf (a malformed
+        one fails its searches, and must not answer others from the cache later)."""
+        return (
+            isinstance(logits, np.ndarray)
+            and logits.shape == (rows, self.num_actions)
+            and isinstance(vals, list)
+            and len(vals) == rows
+        )
 
     def _step_inner(self, inner: list[_Job], logits: Any, values: Any, again: list[_Job]) -> None:
         """The first ``len(inner)`` rows of a reply to their searches, stepped in C at once

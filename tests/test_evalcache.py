@@ -146,6 +146,34 @@ async def test_footprint_estimate_covers_the_real_memory() -> None:
     assert 0.7 * estimated <= held <= 1.2 * estimated, (held, estimated)
 
 
+async def test_rows_stored_under_the_lookups_keys_are_the_evaluators_entries() -> None:
+    """``lookup`` + ``put_rows`` (the pool's bulk path) make the same entries as the evaluator:
+    read-only copies, found by either path, kept when present, within the memory bound."""
+    per_entry = 2 * 6 * 7 + A * 4 + ENTRY_OVERHEAD
+    cache = EvalCache(6 * per_entry)
+    boards = [board(i) for i in range(4)]
+    looked = [cache.lookup(3, b) for b in boards]
+    assert [hit for _, hit in looked] == [None] * 4 and cache.stats.misses == 4
+    logits = np.arange(4 * A, dtype=np.float32).reshape(4, A)
+    cache.put_rows([k for k, _ in looked], logits, [0.5, -0.5, 0.25, 0.0])
+    logits[:] = -1  # the reply's buffer is reused: the entries are copies
+    assert len(cache) == 4 and cache.stats.bytes == 4 * per_entry
+    key, hit = cache.lookup(3, board(2))
+    assert hit is not None and key == looked[2][0]
+    assert hit[0].tolist() == list(range(2 * A, 3 * A)) and hit[1] == 0.25
+    assert not hit[0].flags.writeable
+    net = FakeNet()
+    assert (await cache.evaluator(net, 3)(board(1)))[1] == -0.5 and net.calls == 0
+    assert cache.lookup(4, board(1))[1] is None  # another version
+    # Present keys are kept (first answer wins); the LRU bound holds for bulk stores too.
+    cache.put_rows([looked[0][0]], np.ones((1, A), np.float32), [9.0])
+    assert cache.get(3, board(0))[1] == 0.5  # type: ignore[index]
+    more = [cache.lookup(3, board(i))[0] for i in range(4, 9)]
+    cache.put_rows(more, np.zeros((5, A), np.float32), [0.0] * 5)
+    assert len(cache) == 6 and cache.stats.evictions == 3
+    assert cache.stats.bytes == 6 * per_entry <= cache.max_bytes
+
+
 def test_zero_bytes_is_refused() -> None:
     with pytest.raises(ValueError, match="max_bytes"):
         EvalCache(0)

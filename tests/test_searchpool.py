@@ -336,6 +336,57 @@ async def test_the_pool_steps_inner_leaves_in_c_and_fails_bad_rows_per_search(
     await pool.aclose()
 
 
+async def test_with_the_cache_inner_leaves_still_step_in_c_and_bad_replies_are_not_cached(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the cache on, the pool stores each well-formed reply under its lookups' keys and
+    steps the inner leaves through step_many; a reply of the wrong width fails its searches
+    and is never cached, so it cannot answer another search later."""
+    import actors.searchpool as sp
+
+    calls = []
+
+    def counting(trees: list[Any], *rest: Any) -> Any:
+        calls.append(len(trees))
+        return step_many(trees, *rest)
+
+    monkeypatch.setattr(sp, "step_many", counting)
+    good = Client()
+    seen: dict[int, int] = {}
+
+    def evaluate(obs: np.ndarray, version: int) -> Any:
+        seen[version] = seen.get(version, 0) + 1
+        if version == 9 and seen[version] > 1:
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            fut.set_result((np.zeros((len(obs), 3), np.float32), np.zeros(len(obs), np.float32)))
+            return fut
+        return good.evaluate(obs, version)
+
+    cache = EvalCache(1 << 22)
+    pool = SearchPool(evaluate, 8, cache=cache)
+    cfg = CONFIGS["gumbel"]
+    bad = [pool.search(make_gumbel(C4, cfg, np.random.default_rng(i)), C4.initial_state(), 9,
+                       True, 16) for i in range(2)]  # fmt: skip
+    ok = [pool.search(make_gumbel(C4, cfg, np.random.default_rng(i)), C4.initial_state(), 3,
+                      True, 16) for i in range(2)]  # fmt: skip
+    for fut in bad:
+        with pytest.raises(ValueError, match=r"logits of shape \(3,\)"):
+            await fut
+    results = [await fut for fut in ok]
+    assert [r.visits.sum() for r in results] == [16, 16]
+    assert calls and max(calls) >= 2  # inner leaves of one version stepped at once, in C
+    # Of version 9 only the root's (well-formed) answer is kept: both searches start from the
+    # same position. None of the 3-column rows is; version 3's leaves are all there.
+    assert [key[3] for key in cache._entries if key[0] == 9] == [
+        C4.encode(C4.initial_state()).tobytes()
+    ]
+    assert sum(key[0] == 3 for key in cache._entries) > 16
+    for key, (logits, _) in cache._entries.items():
+        assert logits.shape == (C4.num_actions,), key
+    assert sum(lane.size for lane in pool._lanes) == 0
+    await pool.aclose()
+
+
 async def test_rounds_go_out_full_while_every_game_is_playing() -> None:
     """A game whose search finished takes its move and hands in its next search before its
     lane's next round goes out: with as many games as lanes hold, rounds are full (before,
