@@ -5,9 +5,11 @@ one position, early plies repeat across the hundreds of games in flight, and tra
 repeat inside one search. Shared by all the games of a process, the cache answers a repeated
 position without a message, and a position already in flight by joining that evaluation.
 
-- Exact: a hit returns the very arrays the network returned for that version and position
-  (a read-only copy made when the reply arrived); the key is the weights version, the
-  observation's shape and dtype, and its bytes, so nothing is ever approximate.
+- Exact: a hit returns the very logits and value the network returned for that version and
+  position (a read-only array over the row's bytes, kept when the reply arrived); the key is
+  the weights version, the observation's shape and dtype, and its bytes, so nothing is ever
+  approximate. A row is kept as bytes, not as an array: half the memory, and a whole reply's
+  rows are cut from one copy of it (``put_rows``).
 - Bounded by memory: ``max_bytes`` over the entries' estimated footprint (key bytes, logits,
   and the Python objects around them: ``ENTRY_OVERHEAD``); least recently used entries go
   first. Entries of old versions are never hit again and age out.
@@ -25,13 +27,15 @@ import numpy as np
 
 from azserve.cachestats import CacheStats
 
-ENTRY_OVERHEAD = 400
-"""Bytes of Python objects per entry besides the key bytes and the logits data (the key tuple,
-bytes header, ndarray header, value float, result tuple and the ordered dict's slot), as
-measured with tracemalloc (``tests/test_evalcache.py``)."""
+ENTRY_OVERHEAD = 290
+"""Bytes of Python objects per entry besides the key's bytes and the logits row's (the key
+tuple, the two bytes headers, the value float, the entry tuple and the ordered dict's slot), as
+measured with tracemalloc (``tests/test_evalcache.py``; 400 when rows were kept as arrays)."""
 
 Result = tuple[np.ndarray, float]
-"""One position's (logits ``[A]`` float32, value)."""
+"""One position's (logits ``[A]``, read-only, value)."""
+Entry = tuple[bytes, np.dtype, float]
+"""What the cache keeps of a result: the logits row's bytes and dtype, and the value."""
 Evaluate = Callable[[np.ndarray, int], Awaitable[Any]]
 """``evaluate(obs, version)``: the client's evaluation (``EvalClient.evaluate``)."""
 
@@ -46,7 +50,7 @@ class EvalCache:
             raise ValueError(f"max_bytes must be > 0, got {max_bytes}")
         self.max_bytes = max_bytes
         self.stats = CacheStats()
-        self._entries: OrderedDict[tuple[Any, ...], Result] = OrderedDict()
+        self._entries: OrderedDict[tuple[Any, ...], Entry] = OrderedDict()
         self._shapes: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple per shape
         self._inflight: dict[tuple[Any, ...], list[asyncio.Future[Result]]] = {}
 
@@ -72,7 +76,7 @@ class EvalCache:
                 self._entries.move_to_end(key)
                 self.stats.hits += 1
                 fut: asyncio.Future[Result] = loop.create_future()
-                fut.set_result(hit)
+                fut.set_result((np.frombuffer(hit[0], hit[1]), hit[2]))
                 return fut
             waiters = self._inflight.get(key)
             if waiters is not None:
@@ -96,7 +100,7 @@ class EvalCache:
             return None
         self._entries.move_to_end(key)
         self.stats.hits += 1
-        return hit
+        return np.frombuffer(hit[0], hit[1]), hit[2]
 
     def lookup(self, version: int, obs: np.ndarray) -> tuple[tuple[Any, ...], Result | None]:
         """``get`` that also returns the key, for ``put_rows`` to store the answer under it
@@ -109,27 +113,30 @@ class EvalCache:
             return key, None
         self._entries.move_to_end(key)
         self.stats.hits += 1
-        return key, hit
+        return key, (np.frombuffer(hit[0], hit[1]), hit[2])
 
     def put_rows(
         self, keys: list[tuple[Any, ...]], logits: np.ndarray, values: list[float]
     ) -> None:
-        """Store the rows of one reply under the keys ``lookup`` gave their positions (a copy
-        of each row; a key already present is kept): ``put`` for a whole stack at once."""
+        """Store the rows ``logits [n, A]`` and ``values`` (n floats) of one reply under the
+        keys ``lookup`` gave their positions (a key already present is kept): ``put`` for a
+        whole stack at once, the rows cut from one copy of it."""
+        if len(keys) != len(logits) or len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(logits)} rows and {len(values)} values")
         entries = self._entries
         stats = self.stats
-        size = 0
-        for key, row, value in zip(keys, logits, values, strict=True):
-            if key in entries:
-                continue
-            row = row.copy()
-            row.flags.writeable = False
-            if not size:
-                size = len(key[3]) + row.nbytes + ENTRY_OVERHEAD
-                if size > self.max_bytes:
-                    return
-            entries[key] = (row, value)
-            stats.bytes += size
+        data = np.ascontiguousarray(logits).tobytes()
+        dtype = logits.dtype
+        width = len(data) // len(keys) if keys else 0
+        size = len(keys[0][3]) + width + ENTRY_OVERHEAD if keys else 0
+        if size > self.max_bytes:
+            return
+        start = 0
+        for key, value in zip(keys, values):
+            if key not in entries:
+                entries[key] = (data[start : start + width], dtype, value)
+                stats.bytes += size
+            start += width
         while stats.bytes > self.max_bytes:
             old = entries.popitem(last=False)
             stats.bytes -= self._size(*old)
@@ -141,9 +148,8 @@ class EvalCache:
         key = self._key(version, obs)
         if key in self._entries:
             return
-        logits = np.array(logits, copy=True)
-        logits.flags.writeable = False
-        self._put(key, (logits, float(value)))
+        logits = np.ascontiguousarray(logits)
+        self._put(key, (logits.tobytes(), logits.dtype, float(value)))
 
     def _key(self, version: int, obs: np.ndarray) -> tuple[Any, ...]:
         """The key of one position (``cached`` builds the same one inline, on its hot path)."""
@@ -179,22 +185,23 @@ class EvalCache:
                 w.set_exception(exc)
             return
         logits, value = source.result()
-        logits = np.array(logits, copy=True)
-        logits.flags.writeable = False
-        result: Result = (logits, float(value))
-        self._put(key, result)
-        for w in waiters:
-            w.set_result(result)
+        logits = np.ascontiguousarray(logits)
+        entry: Entry = (logits.tobytes(), logits.dtype, float(value))
+        self._put(key, entry)
+        if waiters:
+            result = (np.frombuffer(entry[0], entry[1]), entry[2])
+            for w in waiters:
+                w.set_result(result)
 
     @staticmethod
-    def _size(key: tuple[Any, ...], result: Result) -> int:
-        return len(key[3]) + result[0].nbytes + ENTRY_OVERHEAD
+    def _size(key: tuple[Any, ...], entry: Entry) -> int:
+        return len(key[3]) + len(entry[0]) + ENTRY_OVERHEAD
 
-    def _put(self, key: tuple[Any, ...], result: Result) -> None:
-        size = self._size(key, result)
+    def _put(self, key: tuple[Any, ...], entry: Entry) -> None:
+        size = self._size(key, entry)
         if size > self.max_bytes:
             return
-        self._entries[key] = result
+        self._entries[key] = entry
         self.stats.bytes += size
         while self.stats.bytes > self.max_bytes:
             old = self._entries.popitem(last=False)

@@ -299,7 +299,7 @@ class GumbelSearch:
             if cfg.gumbel_opening == "target":
                 return sample_tempered(result.policy, cfg.temperature, self.rng)
             scores = scores + cfg.temperature * result.gumbel
-        return int(np.argmax(scores))
+        return int(scores.argmax())
 
     @staticmethod
     def policy_target(result: GumbelResult) -> np.ndarray:

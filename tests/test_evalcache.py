@@ -203,8 +203,8 @@ async def test_selfplay_through_the_cache_hits_with_the_networks_answers(
     assert stats.evaluations == s.hits + s.shared + s.misses
     keys = list(cache._entries)
     obs = np.stack([np.frombuffer(k[3], np.uint8).reshape(k[1]) for k in keys])
-    logits = np.stack([cache._entries[k][0] for k in keys])
-    values = np.array([cache._entries[k][1] for k in keys])
+    logits = np.stack([np.frombuffer(*cache._entries[k][:2]) for k in keys])
+    values = np.array([cache._entries[k][2] for k in keys])
     assert ref.rows_matching(obs, logits, values).all()
 
 
