@@ -295,30 +295,44 @@ def test_step_many_fails_only_the_trees_that_cannot_step() -> None:
         step_many([a.tree], logits, values, [oa, ob])
 
 
-async def test_the_pool_steps_inner_leaves_in_c_and_fails_bad_rows_per_search(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Without the cache the pool feeds inner leaves through step_many; logits of the wrong
-    width after the root fail that version's searches, and the others go on."""
+def _count_step_many(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pool's ``step_many`` calls, counted: the trees of each."""
     import actors.searchpool as sp
 
-    calls = []
+    calls: list[int] = []
 
     def counting(trees: list[Any], *rest: Any) -> Any:
         calls.append(len(trees))
         return step_many(trees, *rest)
 
     monkeypatch.setattr(sp, "step_many", counting)
+    return calls
+
+
+def _three_columns_after_the_root_on(bad: int) -> Any:
+    """An evaluator: good answers, except on version ``bad`` after its first message (the
+    roots'), where the logits have 3 columns instead of 7."""
     good = Client()
     seen: dict[int, int] = {}
 
     def evaluate(obs: np.ndarray, version: int) -> Any:
         seen[version] = seen.get(version, 0) + 1
-        if version == 9 and seen[version] > 1:  # the roots' answers are fine, then 3 columns
+        if version == bad and seen[version] > 1:
             fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             fut.set_result((np.zeros((len(obs), 3), np.float32), np.zeros(len(obs), np.float32)))
             return fut
         return good.evaluate(obs, version)
+
+    return evaluate
+
+
+async def test_the_pool_steps_inner_leaves_in_c_and_fails_bad_rows_per_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the cache the pool feeds inner leaves through step_many; logits of the wrong
+    width after the root fail that version's searches, and the others go on."""
+    calls = _count_step_many(monkeypatch)
+    evaluate = _three_columns_after_the_root_on(9)
 
     pool = SearchPool(evaluate, 8)
     cfg = CONFIGS["gumbel"]
@@ -342,25 +356,8 @@ async def test_with_the_cache_inner_leaves_still_step_in_c_and_bad_replies_are_n
     """With the cache on, the pool stores each well-formed reply under its lookups' keys and
     steps the inner leaves through step_many; a reply of the wrong width fails its searches
     and is never cached, so it cannot answer another search later."""
-    import actors.searchpool as sp
-
-    calls = []
-
-    def counting(trees: list[Any], *rest: Any) -> Any:
-        calls.append(len(trees))
-        return step_many(trees, *rest)
-
-    monkeypatch.setattr(sp, "step_many", counting)
-    good = Client()
-    seen: dict[int, int] = {}
-
-    def evaluate(obs: np.ndarray, version: int) -> Any:
-        seen[version] = seen.get(version, 0) + 1
-        if version == 9 and seen[version] > 1:
-            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            fut.set_result((np.zeros((len(obs), 3), np.float32), np.zeros(len(obs), np.float32)))
-            return fut
-        return good.evaluate(obs, version)
+    calls = _count_step_many(monkeypatch)
+    evaluate = _three_columns_after_the_root_on(9)
 
     cache = EvalCache(1 << 22)
     pool = SearchPool(evaluate, 8, cache=cache)
