@@ -8,8 +8,8 @@ position without a message, and a position already in flight by joining that eva
 - Exact: a hit returns the very logits and value the network returned for that version and
   position (a read-only array over the row's bytes, kept when the reply arrived); the key is
   the weights version, the observation's shape and dtype, and its bytes, so nothing is ever
-  approximate. A row is kept as bytes, not as an array: half the memory, and a whole reply's
-  rows are cut from one copy of it (``put_rows``).
+  approximate. A row is kept as bytes, not as an array: 402 bytes an entry instead of 512
+  for Connect Four, and a whole reply's rows are cut from one copy of it (``put_rows``).
 - Bounded by memory: ``max_bytes`` over the entries' estimated footprint (key bytes, logits,
   and the Python objects around them: ``ENTRY_OVERHEAD``); least recently used entries go
   first. Entries of old versions are never hit again and age out.

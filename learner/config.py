@@ -68,7 +68,7 @@ class TrainerConfig:
     total_steps: int = 100_000
     """Cosine: steps over which lr decays from ``lr`` to ``lr * lr_final_ratio``."""
     lr_final_ratio: float = 0.0
-    """Cosine: final lr as a fraction of ``lr``."""
+    """Cosine and run: final lr as a fraction of ``lr``."""
     lr_anneal_fraction: float = 0.25
     """Run: the last fraction of the time budget over which the learning rate anneals."""
     run_start_unix: float = 0.0
