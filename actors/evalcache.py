@@ -90,21 +90,11 @@ class EvalCache:
 
         return cached
 
-    def get(self, version: int, obs: np.ndarray) -> Result | None:
-        """The cached result of one position ``[C,H,W]`` on ``version`` (counted as a hit), or
-        None (counted as a miss): the synchronous lookup of ``actors.searchpool``."""
-        key = self._key(version, obs)
-        hit = self._entries.get(key)
-        if hit is None:
-            self.stats.misses += 1
-            return None
-        self._entries.move_to_end(key)
-        self.stats.hits += 1
-        return np.frombuffer(hit[0], hit[1]), hit[2]
-
     def lookup(self, version: int, obs: np.ndarray) -> tuple[tuple[Any, ...], Result | None]:
-        """``get`` that also returns the key, for ``put_rows`` to store the answer under it
-        without building it again (``actors.searchpool``)."""
+        """The cached result of one position ``[C,H,W]`` on ``version`` (counted as a hit), or
+        None (counted as a miss), with its key, under which ``put_rows`` stores the answer of a
+        miss: the synchronous path of ``actors.searchpool``. (``cached`` builds the same key
+        inline, on its own hot path.)"""
         shape = self._shapes.setdefault(obs.shape, obs.shape)
         key = (version, shape, obs.dtype.char, obs.tobytes())
         hit = self._entries.get(key)
@@ -119,8 +109,8 @@ class EvalCache:
         self, keys: list[tuple[Any, ...]], logits: np.ndarray, values: list[float]
     ) -> None:
         """Store the rows ``logits [n, A]`` and ``values`` (n floats) of one reply under the
-        keys ``lookup`` gave their positions (a key already present is kept): ``put`` for a
-        whole stack at once, the rows cut from one copy of it."""
+        keys ``lookup`` gave their positions (a key already present is kept), the rows cut
+        from one copy of the reply."""
         if len(keys) != len(logits) or len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys for {len(logits)} rows and {len(values)} values")
         entries = self._entries
@@ -137,24 +127,7 @@ class EvalCache:
                 entries[key] = (data[start : start + width], dtype, value)
                 stats.bytes += size
             start += width
-        while stats.bytes > self.max_bytes:
-            old = entries.popitem(last=False)
-            stats.bytes -= self._size(*old)
-            stats.evictions += 1
-        stats.entries = len(entries)
-
-    def put(self, version: int, obs: np.ndarray, logits: np.ndarray, value: Any) -> None:
-        """Store the network's answer for one position (a copy of it; kept if present)."""
-        key = self._key(version, obs)
-        if key in self._entries:
-            return
-        logits = np.ascontiguousarray(logits)
-        self._put(key, (logits.tobytes(), logits.dtype, float(value)))
-
-    def _key(self, version: int, obs: np.ndarray) -> tuple[Any, ...]:
-        """The key of one position (``cached`` builds the same one inline, on its hot path)."""
-        shape = self._shapes.setdefault(obs.shape, obs.shape)
-        return (version, shape, obs.dtype.char, obs.tobytes())
+        self._evict()
 
     def _ask(
         self, evaluate: Evaluate, version: int, key: tuple[Any, ...], obs: np.ndarray
@@ -203,8 +176,13 @@ class EvalCache:
             return
         self._entries[key] = entry
         self.stats.bytes += size
-        while self.stats.bytes > self.max_bytes:
-            old = self._entries.popitem(last=False)
-            self.stats.bytes -= self._size(*old)
-            self.stats.evictions += 1
-        self.stats.entries = len(self._entries)
+        self._evict()
+
+    def _evict(self) -> None:
+        """Least recently used entries go until the footprint is within ``max_bytes``."""
+        stats, entries = self.stats, self._entries
+        while stats.bytes > self.max_bytes:
+            old = entries.popitem(last=False)
+            stats.bytes -= self._size(*old)
+            stats.evictions += 1
+        stats.entries = len(entries)

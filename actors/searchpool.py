@@ -198,14 +198,12 @@ class _Lane:
     def __init__(self, pool: SearchPool, index: int) -> None:
         self.pool = pool
         self.size = 0
-        self.num_actions = 0  # of the game of its searches, once it has one
         self._next: list[_Job] = []
         self._current: list[_Job] = []
         self._wake = asyncio.Event()
         self.task = asyncio.create_task(self._run(), name=f"search-lane-{index}")
 
     def add(self, job: _Job) -> None:
-        self.num_actions = job.search.game.num_actions
         self.size += 1
         self._next.append(job)
         self._wake.set()
@@ -278,7 +276,7 @@ class _Lane:
                 continue
             logits, values = answer
             vals = values.tolist()  # the same doubles the tree reads from float32 scalars
-            if cache is not None and self._well_formed(logits, vals, len(group)):
+            if cache is not None and _well_formed(logits, vals, group):
                 cache.put_rows([j.key for j in group], logits, vals)
             first = 0
             if inner and _fast(logits, values):
@@ -288,16 +286,6 @@ class _Lane:
                 job = group[i]
                 if self._answer(job, logits[i], vals[i]):
                     again.append(job)
-
-    def _well_formed(self, logits: Any, vals: Any, rows: int) -> bool:
-        """Whether a reply may be cached: one row of the game's width per leaf (a malformed
-        one fails its searches, and must not answer others from the cache later)."""
-        return (
-            isinstance(logits, np.ndarray)
-            and logits.shape == (rows, self.num_actions)
-            and isinstance(vals, list)
-            and len(vals) == rows
-        )
 
     def _step_inner(self, inner: list[_Job], logits: Any, values: Any, again: list[_Job]) -> None:
         """The first ``len(inner)`` rows of a reply to their searches, stepped in C at once
@@ -365,6 +353,13 @@ class _Lane:
 
 
 _NOT = bytes.maketrans(b"\x00\x01", b"\x01\x00")
+
+
+def _well_formed(logits: Any, vals: list[float], group: list[_Job]) -> bool:
+    """Whether a reply may be cached: one row of the game's width per leaf (a malformed one
+    fails its searches, and must not answer others from the cache later)."""
+    shape = (len(group), group[0].search.game.num_actions)
+    return isinstance(logits, np.ndarray) and logits.shape == shape and len(vals) == len(group)
 
 
 def _fast(logits: Any, values: Any) -> bool:

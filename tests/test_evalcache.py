@@ -167,7 +167,7 @@ async def test_rows_stored_under_the_lookups_keys_are_the_evaluators_entries() -
     assert cache.lookup(4, board(1))[1] is None  # another version
     # Present keys are kept (first answer wins); the LRU bound holds for bulk stores too.
     cache.put_rows([looked[0][0]], np.ones((1, A), np.float32), [9.0])
-    assert cache.get(3, board(0))[1] == 0.5  # type: ignore[index]
+    assert cache.lookup(3, board(0))[1][1] == 0.5  # type: ignore[index]
     more = [cache.lookup(3, board(i))[0] for i in range(4, 9)]
     cache.put_rows(more, np.zeros((5, A), np.float32), [0.0] * 5)
     assert len(cache) == 6 and cache.stats.evictions == 3
