@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -938,6 +939,361 @@ static PyTypeObject TreeType = {
     .tp_getset = Tree_getset,
 };
 
+/* --- the evaluation cache (actors/evalcache.py's store) ------------------------------------ */
+
+/* One cached evaluation: the key (weights version, the observation's kind, i.e. its shape and
+ * dtype as numbered by the Python side, and its bytes) and the answer (one row of logits, as
+ * float32 or float64 bytes, and the value as the double the search reads). Entries sit in a
+ * chained hash table and on a doubly linked list from least to most recently used. */
+typedef struct CEntry {
+    struct CEntry *hnext, *prev, *next;
+    uint64_t hash;
+    long long version;
+    int kind, is_double;
+    double value;
+    Py_ssize_t klen, rlen;
+    unsigned char data[]; /* the key's bytes, then the row's */
+} CEntry;
+
+/* Bytes an entry costs besides its key and row: the header, its share of the bucket array
+ * (at most two pointers: the table doubles when it is full) and the allocator's rounding. */
+#define CACHE_ENTRY_OVERHEAD ((Py_ssize_t)(sizeof(CEntry) + 2 * sizeof(CEntry *) + 8))
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t max_bytes, bytes, entries;
+    long long hits, misses, evictions;
+    CEntry **buckets;
+    size_t mask; /* buckets - 1 (a power of two) */
+    CEntry lru;  /* sentinel: lru.next is the least recently used entry, lru.prev the most */
+} Cache;
+
+static uint64_t key_hash(long long version, int kind, const unsigned char *p, Py_ssize_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)version * 0xFF51AFD7ED558CCDULL) ^
+                 ((uint64_t)(unsigned)kind << 32) ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0x100000001B3ULL;
+        h ^= h >> 29;
+        p += 8;
+        n -= 8;
+    }
+    while (n-- > 0) h = (h ^ *p++) * 0x100000001B3ULL;
+    h ^= h >> 33; /* murmur3's finaliser */
+    h *= 0xFF51AFD7ED558CCDULL;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ULL;
+    return h ^ (h >> 33);
+}
+
+static void lru_unlink(CEntry *e) {
+    e->prev->next = e->next;
+    e->next->prev = e->prev;
+}
+
+static void lru_push(Cache *c, CEntry *e) { /* as the most recently used */
+    e->prev = c->lru.prev;
+    e->next = &c->lru;
+    c->lru.prev->next = e;
+    c->lru.prev = e;
+}
+
+static CEntry *cache_find(Cache *c, uint64_t h, long long version, int kind,
+                          const unsigned char *key, Py_ssize_t klen) {
+    for (CEntry *e = c->buckets[h & c->mask]; e; e = e->hnext)
+        if (e->hash == h && e->version == version && e->kind == kind && e->klen == klen &&
+            memcmp(e->data, key, (size_t)klen) == 0)
+            return e;
+    return NULL;
+}
+
+/* The entry of the key, made the most recently used and counted as a hit; or NULL, counted as
+ * a miss. */
+static CEntry *cache_get(Cache *c, long long version, int kind, const unsigned char *key,
+                         Py_ssize_t klen) {
+    CEntry *e = cache_find(c, key_hash(version, kind, key, klen), version, kind, key, klen);
+    if (!e) {
+        c->misses++;
+        return NULL;
+    }
+    lru_unlink(e);
+    lru_push(c, e);
+    c->hits++;
+    return e;
+}
+
+static void cache_drop(Cache *c, CEntry *e) {
+    CEntry **at = &c->buckets[e->hash & c->mask];
+    while (*at != e) at = &(*at)->hnext;
+    *at = e->hnext;
+    lru_unlink(e);
+    c->bytes -= e->klen + e->rlen + CACHE_ENTRY_OVERHEAD;
+    c->entries--;
+    PyMem_Free(e);
+}
+
+static int cache_grow(Cache *c) {
+    size_t n = (c->mask + 1) * 2;
+    CEntry **b = (CEntry **)PyMem_Calloc(n, sizeof(CEntry *));
+    if (!b) return -1;
+    for (size_t i = 0; i <= c->mask; i++) {
+        CEntry *e = c->buckets[i];
+        while (e) {
+            CEntry *next = e->hnext;
+            e->hnext = b[e->hash & (n - 1)];
+            b[e->hash & (n - 1)] = e;
+            e = next;
+        }
+    }
+    PyMem_Free(c->buckets);
+    c->buckets = b;
+    c->mask = n - 1;
+    return 0;
+}
+
+/* Store one answer unless its key is present (the first answer is kept); then the least
+ * recently used entries go until the footprint is within max_bytes. An entry larger than the
+ * whole bound is not stored. */
+static int cache_put(Cache *c, long long version, int kind, const unsigned char *key,
+                     Py_ssize_t klen, const char *row, Py_ssize_t rlen, int is_double,
+                     double value) {
+    Py_ssize_t size = klen + rlen + CACHE_ENTRY_OVERHEAD;
+    if (size > c->max_bytes) return 0;
+    uint64_t h = key_hash(version, kind, key, klen);
+    if (cache_find(c, h, version, kind, key, klen)) return 0;
+    if ((size_t)c->entries >= c->mask + 1 && cache_grow(c) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    CEntry *e = (CEntry *)PyMem_Malloc(sizeof(CEntry) + (size_t)(klen + rlen));
+    if (!e) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    e->hash = h;
+    e->version = version;
+    e->kind = kind;
+    e->is_double = is_double;
+    e->value = value;
+    e->klen = klen;
+    e->rlen = rlen;
+    memcpy(e->data, key, (size_t)klen);
+    memcpy(e->data + klen, row, (size_t)rlen);
+    e->hnext = c->buckets[h & c->mask];
+    c->buckets[h & c->mask] = e;
+    lru_push(c, e);
+    c->entries++;
+    c->bytes += size;
+    while (c->bytes > c->max_bytes) {
+        cache_drop(c, c->lru.next);
+        c->evictions++;
+    }
+    return 0;
+}
+
+static void Cache_clear_all(Cache *c) {
+    while (c->lru.next != &c->lru) cache_drop(c, c->lru.next);
+}
+
+static void Cache_dealloc(Cache *c) {
+    if (c->buckets) Cache_clear_all(c);
+    PyMem_Free(c->buckets);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static int Cache_init(Cache *c, PyObject *args, PyObject *kw) {
+    static char *names[] = {"max_bytes", NULL};
+    Py_ssize_t max_bytes;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "n", names, &max_bytes)) return -1;
+    if (max_bytes <= 0) {
+        PyErr_Format(PyExc_ValueError, "max_bytes must be > 0, got %zd", max_bytes);
+        return -1;
+    }
+    if (c->buckets) {
+        Cache_clear_all(c);
+        PyMem_Free(c->buckets);
+    }
+    c->lru.next = c->lru.prev = &c->lru;
+    c->mask = 1023;
+    c->buckets = (CEntry **)PyMem_Calloc(c->mask + 1, sizeof(CEntry *));
+    if (!c->buckets) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->max_bytes = max_bytes;
+    c->bytes = c->entries = 0;
+    c->hits = c->misses = c->evictions = 0;
+    return 0;
+}
+
+static int parse_key(PyObject *const *args, long long *version, int *kind) {
+    *version = PyLong_AsLongLong(args[0]);
+    if (*version == -1 && PyErr_Occurred()) return -1;
+    long k = PyLong_AsLong(args[1]);
+    if (k == -1 && PyErr_Occurred()) return -1;
+    *kind = (int)k;
+    return 0;
+}
+
+/* lookup(version, kind, obs) -> None (a miss) or (row bytes, is_double, value) (a hit). */
+static PyObject *Cache_lookup(Cache *c, PyObject *const *args, Py_ssize_t nargs) {
+    long long version;
+    int kind;
+    Py_buffer view;
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "lookup(version, kind, obs)");
+    if (parse_key(args, &version, &kind) < 0) return NULL;
+    if (PyObject_GetBuffer(args[2], &view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    CEntry *e = cache_get(c, version, kind, (const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    if (!e) Py_RETURN_NONE;
+    return Py_BuildValue("(y#id)", (const char *)e->data + e->klen, e->rlen, e->is_double,
+                         e->value);
+}
+
+/* The item type of a float32/float64 buffer (0/1), or -1 with a TypeError naming `what`. */
+static int float_kind(const Py_buffer *view);
+
+static int row_kind(const Py_buffer *view, const char *what) {
+    int d = float_kind(view);
+    if (d < 0) PyErr_Format(PyExc_TypeError, "%s must be float32 or float64", what);
+    return d;
+}
+
+/* put(version, kind, obs, logits [A], value): one answer (kept if its key is present). */
+static PyObject *Cache_put(Cache *c, PyObject *const *args, Py_ssize_t nargs) {
+    long long version;
+    int kind;
+    if (nargs != 5) return PyErr_Format(PyExc_TypeError, "put(version, kind, obs, logits, value)");
+    if (parse_key(args, &version, &kind) < 0) return NULL;
+    double value = PyFloat_AsDouble(args[4]);
+    if (value == -1.0 && PyErr_Occurred()) return NULL;
+    Py_buffer ov, lv;
+    if (PyObject_GetBuffer(args[2], &ov, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(args[3], &lv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&ov);
+        return NULL;
+    }
+    int d = row_kind(&lv, "logits");
+    int r = d < 0 ? -1
+                  : cache_put(c, version, kind, (const unsigned char *)ov.buf, ov.len,
+                              (const char *)lv.buf, lv.len, d, value);
+    PyBuffer_Release(&ov);
+    PyBuffer_Release(&lv);
+    if (r < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* put_rows(version, kind, stack [n, ...], logits [n, A], values [n]): a whole reply, row i of
+ * logits and values the answer to stack[i] (float32 or float64 each; the value is kept as the
+ * double the search reads). */
+static PyObject *Cache_put_rows(Cache *c, PyObject *const *args, Py_ssize_t nargs) {
+    long long version;
+    int kind;
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "put_rows(version, kind, stack, logits, values)");
+    if (parse_key(args, &version, &kind) < 0) return NULL;
+    Py_buffer sv, lv, vv;
+    if (PyObject_GetBuffer(args[2], &sv, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(args[3], &lv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&sv);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[4], &vv, PyBUF_RECORDS_RO) < 0) {
+        PyBuffer_Release(&sv);
+        PyBuffer_Release(&lv);
+        return NULL;
+    }
+    PyObject *r = NULL;
+    int ld = row_kind(&lv, "logits"), vd = ld < 0 ? -1 : row_kind(&vv, "values");
+    if (vd < 0) goto done;
+    if (lv.ndim != 2 || vv.ndim != 1 || vv.shape[0] != lv.shape[0] || sv.ndim < 1 ||
+        sv.shape[0] != lv.shape[0]) {
+        PyErr_Format(PyExc_ValueError, "put_rows: stack [n, ...], logits [n, A] and values [n] "
+                     "must have the same n");
+        goto done;
+    }
+    Py_ssize_t n = lv.shape[0];
+    if (n > 0) {
+        Py_ssize_t klen = sv.len / n, rlen = lv.len / n;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const char *vat = (const char *)vv.buf + vv.strides[0] * i;
+            double v = vd ? *(const double *)vat : (double)*(const float *)vat;
+            if (cache_put(c, version, kind, (const unsigned char *)sv.buf + klen * i, klen,
+                          (const char *)lv.buf + rlen * i, rlen, ld, v) < 0)
+                goto done;
+        }
+    }
+    r = Py_None;
+    Py_INCREF(r);
+done:
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&lv);
+    PyBuffer_Release(&vv);
+    return r;
+}
+
+/* entries() -> [(version, kind, key bytes, row bytes, is_double, value)], least recently used
+ * first (for tests and inspection). */
+static PyObject *Cache_entries(Cache *c, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (CEntry *e = c->lru.next; e != &c->lru; e = e->next) {
+        PyObject *item = Py_BuildValue("(Liy#y#id)", e->version, e->kind, (const char *)e->data,
+                                       e->klen, (const char *)e->data + e->klen, e->rlen,
+                                       e->is_double, e->value);
+        if (!item || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    return out;
+}
+
+static Py_ssize_t Cache_len(Cache *c) { return c->entries; }
+
+static PyObject *Cache_step(Cache *c, PyObject *const *args, Py_ssize_t nargs);
+
+static PyMethodDef Cache_methods[] = {
+    {"step", (PyCFunction)(void (*)(void))Cache_step, METH_FASTCALL,
+     "step(trees, logits, values, outs, version, kind) -> (flags, errors, hits)."},
+    {"lookup", (PyCFunction)(void (*)(void))Cache_lookup, METH_FASTCALL,
+     "lookup(version, kind, obs) -> None or (row bytes, is_double, value)."},
+    {"put", (PyCFunction)(void (*)(void))Cache_put, METH_FASTCALL,
+     "put(version, kind, obs, logits, value)."},
+    {"put_rows", (PyCFunction)(void (*)(void))Cache_put_rows, METH_FASTCALL,
+     "put_rows(version, kind, stack, logits, values)."},
+    {"entries", (PyCFunction)Cache_entries, METH_NOARGS,
+     "entries() -> [(version, kind, key, row, is_double, value)], oldest first."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Cache_members[] = {
+    {"max_bytes", T_PYSSIZET, offsetof(Cache, max_bytes), READONLY, "The memory bound."},
+    {"bytes", T_PYSSIZET, offsetof(Cache, bytes), READONLY, "The entries' footprint."},
+    {"hits", T_LONGLONG, offsetof(Cache, hits), READONLY, "Lookups answered."},
+    {"misses", T_LONGLONG, offsetof(Cache, misses), READONLY, "Lookups not answered."},
+    {"evictions", T_LONGLONG, offsetof(Cache, evictions), READONLY, "Entries dropped."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PySequenceMethods Cache_as_sequence = {.sq_length = (lenfunc)Cache_len};
+
+static PyTypeObject CacheType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "actors._mcts_core.Cache",
+    .tp_basicsize = sizeof(Cache),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Cache(max_bytes): LRU store of evaluations keyed by (version, kind, obs bytes).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Cache_init,
+    .tp_dealloc = (destructor)Cache_dealloc,
+    .tp_methods = Cache_methods,
+    .tp_members = Cache_members,
+    .tp_as_sequence = &Cache_as_sequence,
+};
+
 /* --- many trees at once ------------------------------------------------------------------- */
 
 /* The buffer's item type: 0 float32, 1 float64, -1 anything else. */
@@ -970,66 +1326,126 @@ static int keep_error(PyObject **errors, Py_ssize_t i) {
     return 0;
 }
 
-/* step_many(trees, logits, values, outs) -> (flags, errors): tree i's one pending leaf takes
- * row i of logits ([n', A] float32 or float64, n' >= n) and values ([n'] float32 or float64),
- * exactly as trees[i].step(logits[i], float(values[i]), outs[i]) does, and its next leaf goes
- * into outs[i]. flags: bytes, 1 where the tree waits for another leaf, 0 where its search is
- * done or it failed; errors: None, or [(i, exception)] for the trees that failed (the others
- * are stepped all the same). */
-static PyObject *step_many(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "step_many(trees, logits, values, outs)");
-    PyObject *trees = args[0], *outs = args[3];
-    if (!PyList_Check(trees) || !PyList_Check(outs))
-        return PyErr_Format(PyExc_TypeError, "step_many: trees and outs must be lists");
-    Py_ssize_t n = PyList_GET_SIZE(trees);
-    if (PyList_GET_SIZE(outs) != n)
-        return PyErr_Format(PyExc_ValueError, "step_many: %zd trees but %zd outs", n,
-                            PyList_GET_SIZE(outs));
-    Py_buffer lv, vv;
-    if (PyObject_GetBuffer(args[1], &lv, PyBUF_RECORDS_RO) < 0) return NULL;
-    if (PyObject_GetBuffer(args[2], &vv, PyBUF_RECORDS_RO) < 0) {
-        PyBuffer_Release(&lv);
+/* While tree t's one pending leaf (encoded at buf) is in the cache, feed it the cached answer,
+ * as step() would, and descend to the next: 1 when the leaf missed (waits for the server;
+ * counted as a miss), 0 when the search is done, -1 on error. */
+static int feed_hits(Tree *t, Cache *c, long long version, int kind, unsigned char *buf,
+                     long long *hits) {
+    for (;;) {
+        CEntry *e = cache_get(c, version, kind, buf, t->obs_size);
+        if (!e) return 1;
+        int item = e->is_double ? 8 : 4;
+        if (e->rlen != (Py_ssize_t)t->num_actions * item) {
+            PyErr_Format(PyExc_ValueError, "cached logits of %zd values, expected %d",
+                         e->rlen / item, t->num_actions);
+            return -1;
+        }
+        *hits += 1;
+        expand_row(t->leaves[0], (const char *)e->data + e->klen, item, e->is_double, e->value);
+        backup(t->paths, t->pathlen[0], e->value, t->vl);
+        t->fed += 1;
+        t->done += 1;
+        t->nbatch = 0;
+        int more = descend(t, buf);
+        if (more <= 0) return more;
+    }
+}
+
+/* The checks shared by step_many and the cache's calls: trees[i] is a Tree waiting on one leaf
+ * (NULL with the exception set otherwise). */
+static Tree *pending_tree(PyObject *trees, Py_ssize_t i) {
+    PyObject *o = PyList_GET_ITEM(trees, i);
+    if (!PyObject_TypeCheck(o, &TreeType)) {
+        PyErr_Format(PyExc_TypeError, "trees[%zd] is not a Tree", i);
         return NULL;
     }
-    int ld = float_kind(&lv), vd = float_kind(&vv);
+    Tree *t = (Tree *)o;
+    if (t->nbatch != 1) {
+        PyErr_Format(PyExc_RuntimeError, "step needs exactly one pending leaf");
+        return NULL;
+    }
+    return t;
+}
+
+static int check_lists(PyObject *trees, PyObject *outs, Py_ssize_t *n) {
+    if (!PyList_Check(trees) || !PyList_Check(outs)) {
+        PyErr_Format(PyExc_TypeError, "trees and outs must be lists");
+        return -1;
+    }
+    *n = PyList_GET_SIZE(trees);
+    if (PyList_GET_SIZE(outs) != *n) {
+        PyErr_Format(PyExc_ValueError, "%zd trees but %zd outs", *n, PyList_GET_SIZE(outs));
+        return -1;
+    }
+    return 0;
+}
+
+/* Tree i: its leaf's answer (row i, when logits are given), then with a cache its next leaves
+ * fed from the cache while they hit; its next leaf into outs[i]. */
+static int step_one(Tree *t, const char *lrow, Py_ssize_t ls1, int ld, double v, PyObject *out,
+                    Cache *c, long long version, int kind, long long *hits) {
+    if (lrow) {
+        expand_row(t->leaves[0], lrow, ls1, ld, v);
+        backup(t->paths, t->pathlen[0], v, t->vl);
+        t->fed += 1;
+        t->done += 1;
+        t->nbatch = 0;
+    }
+    Py_buffer ov;
+    if (write_buffer(out, &ov, (Py_ssize_t)t->obs_size * t->width) < 0) return -1;
+    unsigned char *buf = (unsigned char *)ov.buf;
+    int more = lrow ? descend(t, buf) : 1;
+    if (more > 0 && c) more = feed_hits(t, c, version, kind, buf, hits);
+    PyBuffer_Release(&ov);
+    return more;
+}
+
+/* The loop of step_many and Cache.feed: flags (1 where tree i waits for another leaf) and
+ * errors (None, or [(i, exception)]), and with a cache the number of leaves it answered. */
+static PyObject *step_trees(PyObject *trees, PyObject *logits, PyObject *values, PyObject *outs,
+                            Cache *c, long long version, int kind) {
+    Py_ssize_t n;
+    if (check_lists(trees, outs, &n) < 0) return NULL;
+    Py_buffer lv, vv;
+    int ld = 0, vd = 0, have = logits != NULL;
     PyObject *flags = NULL, *errors = NULL;
-    if (lv.ndim != 2 || vv.ndim != 1 || ld < 0 || vd < 0 || lv.shape[0] < n || vv.shape[0] < n) {
-        PyErr_Format(PyExc_ValueError,
-                     "step_many: logits must be [n, A] and values [n], float32 or float64");
-        goto done;
+    long long hits = 0;
+    if (have) {
+        if (PyObject_GetBuffer(logits, &lv, PyBUF_RECORDS_RO) < 0) return NULL;
+        if (PyObject_GetBuffer(values, &vv, PyBUF_RECORDS_RO) < 0) {
+            PyBuffer_Release(&lv);
+            return NULL;
+        }
+        ld = float_kind(&lv);
+        vd = float_kind(&vv);
+        if (lv.ndim != 2 || vv.ndim != 1 || ld < 0 || vd < 0 || lv.shape[0] < n ||
+            vv.shape[0] < n) {
+            PyErr_Format(PyExc_ValueError,
+                         "step_many: logits must be [n, A] and values [n], float32 or float64");
+            goto done;
+        }
     }
     if (!(flags = PyBytes_FromStringAndSize(NULL, n))) goto done;
     char *f = PyBytes_AS_STRING(flags);
-    const char *lbase = (const char *)lv.buf, *vbase = (const char *)vv.buf;
-    Py_ssize_t ls0 = lv.strides[0], ls1 = lv.strides[1], vs = vv.strides[0];
     for (Py_ssize_t i = 0; i < n; i++) {
         f[i] = 0;
-        PyObject *o = PyList_GET_ITEM(trees, i);
         int more = -1;
-        if (!PyObject_TypeCheck(o, &TreeType)) {
-            PyErr_Format(PyExc_TypeError, "step_many: trees[%zd] is not a Tree", i);
-        } else {
-            Tree *t = (Tree *)o;
-            if (t->nbatch != 1) {
-                PyErr_Format(PyExc_RuntimeError, "step needs exactly one pending leaf");
-            } else if (lv.shape[1] != t->num_actions) {
-                PyErr_Format(PyExc_ValueError, "evaluate returned logits of shape (%zd,), "
-                             "expected (%d,)", lv.shape[1], t->num_actions);
-            } else {
-                const char *vat = vbase + vs * i;
-                double v = vd ? *(const double *)vat : (double)*(const float *)vat;
-                expand_row(t->leaves[0], lbase + ls0 * i, ls1, ld, v);
-                backup(t->paths, t->pathlen[0], v, t->vl);
-                t->fed += 1;
-                t->done += 1;
-                t->nbatch = 0;
-                Py_buffer ov;
-                if (write_buffer(PyList_GET_ITEM(outs, i), &ov,
-                                 (Py_ssize_t)t->obs_size * t->width) == 0) {
-                    more = descend(t, (unsigned char *)ov.buf);
-                    PyBuffer_Release(&ov);
-                }
+        Tree *t = pending_tree(trees, i);
+        if (t && have && lv.shape[1] != t->num_actions) {
+            PyErr_Format(PyExc_ValueError, "evaluate returned logits of shape (%zd,), "
+                         "expected (%d,)", lv.shape[1], t->num_actions);
+            t = NULL;
+        }
+        if (t) {
+            const char *lrow = NULL;
+            double v = 0.0;
+            if (have) {
+                const char *vat = (const char *)vv.buf + vv.strides[0] * i;
+                v = vd ? *(const double *)vat : (double)*(const float *)vat;
+                lrow = (const char *)lv.buf + lv.strides[0] * i;
             }
+            more = step_one(t, lrow, have ? lv.strides[1] : 0, ld, v, PyList_GET_ITEM(outs, i),
+                            c, version, kind, &hits);
         }
         if (more < 0) {
             if (keep_error(&errors, i) < 0) {
@@ -1041,15 +1457,45 @@ static PyObject *step_many(PyObject *mod, PyObject *const *args, Py_ssize_t narg
         }
     }
 done:
-    PyBuffer_Release(&lv);
-    PyBuffer_Release(&vv);
+    if (have) {
+        PyBuffer_Release(&lv);
+        PyBuffer_Release(&vv);
+    }
     if (!flags) {
         Py_XDECREF(errors);
         return NULL;
     }
-    PyObject *r = Py_BuildValue("(NO)", flags, errors ? errors : Py_None);
+    PyObject *r = c ? Py_BuildValue("(NOL)", flags, errors ? errors : Py_None, hits)
+                    : Py_BuildValue("(NO)", flags, errors ? errors : Py_None);
     Py_XDECREF(errors);
     return r;
+}
+
+/* step_many(trees, logits, values, outs) -> (flags, errors): tree i's one pending leaf takes
+ * row i of logits ([n', A] float32 or float64, n' >= n) and values ([n'] float32 or float64),
+ * exactly as trees[i].step(logits[i], float(values[i]), outs[i]) does, and its next leaf goes
+ * into outs[i]. flags: bytes, 1 where the tree waits for another leaf, 0 where its search is
+ * done or it failed; errors: None, or [(i, exception)] for the trees that failed (the others
+ * are stepped all the same). */
+static PyObject *step_many(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "step_many(trees, logits, values, outs)");
+    return step_trees(args[0], args[1], args[2], args[3], NULL, 0, 0);
+}
+
+/* Cache.step(trees, logits, values, outs, version, kind) -> (flags, errors, hits): step_many,
+ * then each tree's next leaves answered from this cache while they hit (each as step() with
+ * the cached row and value); a flag of 1 means the tree waits on a leaf that missed (counted
+ * as a miss). logits=None: no reply to take, only the trees' pending leaves (in outs) looked
+ * up, e.g. the first leaf of a search. hits: the leaves answered from the cache. */
+static PyObject *Cache_step(Cache *c, PyObject *const *args, Py_ssize_t nargs) {
+    long long version;
+    int kind;
+    if (nargs != 6)
+        return PyErr_Format(PyExc_TypeError,
+                            "step(trees, logits, values, outs, version, kind)");
+    if (parse_key(args + 4, &version, &kind) < 0) return NULL;
+    PyObject *logits = args[1] == Py_None ? NULL : args[1];
+    return step_trees(args[0], logits, args[2], args[3], c, version, kind);
 }
 
 static PyMethodDef module_methods[] = {
@@ -1065,18 +1511,25 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__mcts_core(void) {
-    if (PyType_Ready(&TreeType) < 0) return NULL;
+    if (PyType_Ready(&TreeType) < 0 || PyType_Ready(&CacheType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     /* actors/compiled_mcts.py's _ABI: bumped with every change of this module's interface, so
      * that a stale build is told apart and not run. */
-    if (PyModule_AddIntConstant(m, "ABI", 2) < 0) {
+    if (PyModule_AddIntConstant(m, "ABI", 3) < 0 ||
+        PyModule_AddIntConstant(m, "CACHE_ENTRY_OVERHEAD", (long)CACHE_ENTRY_OVERHEAD) < 0) {
         Py_DECREF(m);
         return NULL;
     }
     Py_INCREF(&TreeType);
     if (PyModule_AddObject(m, "Tree", (PyObject *)&TreeType) < 0) {
         Py_DECREF(&TreeType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&CacheType);
+    if (PyModule_AddObject(m, "Cache", (PyObject *)&CacheType) < 0) {
+        Py_DECREF(&CacheType);
         Py_DECREF(m);
         return NULL;
     }

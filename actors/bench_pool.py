@@ -8,7 +8,13 @@ machine noise hits them alike:
 
 - ``pool``: the compiled searches driven by ``actors.searchpool.SearchPool`` (one evaluation
   per lane round);
-- ``leaf``: one coroutine per game awaiting each leaf (``actors.search_pool = false``).
+- ``leaf``: one coroutine per game awaiting each leaf (``actors.search_pool = false``);
+- ``pool-pystore``: the pool with the evaluation cache kept in Python (``PyStore``, the store
+  of a process without the compiled core) instead of the compiled one: with ``--cache-mb``,
+  what answering hits inside the C loop saves.
+
+``--cache-mb`` gives each variant's games a fresh evaluation cache of that size (the actors'
+default is 64; 0, the default here, plays without one).
 
 The rate is simulations per CPU-second of this process. Against ``azserve bench selfplay
 --set backend.kind=synthetic`` (the same games through the client, ZeroMQ and a server) the
@@ -27,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from actors.evalcache import EvalCache
 from actors.games import make_game
 from actors.mcts import MCTSConfig
 from actors.searchpool import SearchPool
@@ -59,20 +66,33 @@ class InstantClient:
         return fut
 
 
-async def play(game_name: str, cfg: MCTSConfig, games: int, total: int, pooled: bool, seed: int):
+VARIANTS = ("pool", "leaf", "pool-pystore")
+
+
+async def play(
+    game_name: str,
+    cfg: MCTSConfig,
+    games: int,
+    total: int,
+    variant: str,
+    seed: int,
+    cache_mb: float = 0.0,
+):
     """Play ``total`` games, ``games`` at a time; (simulations, CPU seconds, games, rows per
-    evaluation call)."""
+    evaluation call, the cache's hit rate or None)."""
     game = make_game(game_name)
     client = InstantClient(int(np.prod(game.obs_shape)), game.num_actions, seed)
     stats = SelfPlayStats()
-    pool = SearchPool(client.evaluate, 128, stats) if pooled else None
+    store = "python" if variant == "pool-pystore" else "auto"
+    cache = EvalCache(int(cache_mb * 2**20), store) if cache_mb > 0 else None
+    pool = SearchPool(client.evaluate, 128, stats, cache) if variant != "leaf" else None
     started = [0]
 
     async def worker() -> None:
         while started[0] < total:
             started[0] += 1
             rng = np.random.default_rng([seed, started[0]])
-            await play_game(game, cfg, client, rng, stats, 5.0, None, pool)  # type: ignore[arg-type]
+            await play_game(game, cfg, client, rng, stats, 5.0, cache, pool)  # type: ignore[arg-type]
 
     t0 = time.process_time()
     try:
@@ -80,7 +100,13 @@ async def play(game_name: str, cfg: MCTSConfig, games: int, total: int, pooled: 
     finally:
         if pool is not None:
             await pool.aclose()
-    return stats.simulations, time.process_time() - t0, stats.games, client.rows / client.calls
+    hit_rate = cache.stats.hit_rate if cache is not None else None
+    cpu = time.process_time() - t0
+    return stats.simulations, cpu, stats.games, client.rows / client.calls, hit_rate
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--simulations", type=int, default=16)
     ap.add_argument("--algorithm", choices=["gumbel", "puct"], default="gumbel")
-    ap.add_argument("--variants", default="pool,leaf", help="comma-separated: pool, leaf")
+    ap.add_argument(
+        "--variants", default="pool,leaf", help=f"comma-separated: {', '.join(VARIANTS)}"
+    )
+    ap.add_argument(
+        "--cache-mb", type=float, default=0.0, help="evaluation cache per variant (0 = none)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the report here")
     args = ap.parse_args(argv)
@@ -107,27 +138,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
-        if v not in ("pool", "leaf"):
-            ap.error(f"--variants: unknown variant {v!r} (pool, leaf)")
+        if v not in VARIANTS:
+            ap.error(f"--variants: unknown variant {v!r} ({', '.join(VARIANTS)})")
+    if args.cache_mb < 0:
+        ap.error(f"--cache-mb: must be >= 0, got {args.cache_mb}")
     sims = dict.fromkeys(variants, 0)
     cpu = dict.fromkeys(variants, 0.0)
     played = dict.fromkeys(variants, 0)
     batch = dict.fromkeys(variants, 0.0)
+    hits: dict[str, float | None] = dict.fromkeys(variants)
     for r in range(args.rounds):
         for v in variants:
-            s, c, g, b = uvloop.run(
-                play(args.game, cfg, args.games, args.per_round, v == "pool", args.seed + r)
+            s, c, g, b, h = uvloop.run(
+                play(args.game, cfg, args.games, args.per_round, v, args.seed + r, args.cache_mb)
             )
             sims[v] += s
             cpu[v] += c
             played[v] += g
             batch[v] += b / args.rounds
+            if h is not None:
+                hits[v] = (hits[v] or 0.0) + h / args.rounds
             print(f"round {r + 1} {v}: {s / c:,.0f} simulations per CPU-second", file=sys.stderr)
     report = {
         "game": args.game,
         "algorithm": args.algorithm,
         "simulations_per_move": args.simulations,
         "concurrent_games": args.games,
+        "cache_mb": args.cache_mb,
         **{
             v: {
                 "simulations_per_cpu_s": round(sims[v] / cpu[v], 1),
@@ -135,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 "cpu_s": round(cpu[v], 4),
                 "games": played[v],
                 "rows_per_evaluation": round(batch[v], 2),
+                "cache_hit_rate": _rounded(hits[v]),
             }
             for v in variants
         },

@@ -28,7 +28,7 @@ from actors.mcts import MCTS, Evaluate, MCTSConfig, SearchResult, dirichlet
 
 log = logging.getLogger("actors.compiled_mcts")
 
-_ABI = 2
+_ABI = 3
 """The interface of actors/_mcts_core.c this module drives (its ``ABI``); a build of an older
 source (the C file changed, ``pip install -e .`` not run again) is not used."""
 
@@ -53,6 +53,10 @@ try:
 except ImportError:  # built by `pip install -e .` when a C compiler is present
     _built = None
 _mcts_core, _UNAVAILABLE = _checked_core(_built)
+
+core: Any = _mcts_core
+"""The compiled core (``actors._mcts_core``: ``Tree``, ``Cache``, ``step_many``), or None when
+it was not built or is stale."""
 
 _SUPPORTED = {ConnectFour: "connect4", TicTacToe: "tictactoe"}
 

@@ -17,6 +17,7 @@ sequential, and self-play batches across games anyway.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,13 +45,15 @@ _EPSILON = 1e-8
 
 
 @lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)
 def considered_visits(num_considered: int, num_simulations: int) -> tuple[int, ...]:
     """The sequential-halving schedule: for simulation ``t``, the visit count that the root
     action chosen at ``t`` has before it (mctx's ``get_sequence_of_considered_visits``).
 
     Each phase gives every one of the ``num_considered`` remaining actions
     ``max(1, n // (ceil(log2 k) * num_considered))`` more visits, then halves them (never
-    below 2). With ``num_considered <= 1`` the one action is visited every time.
+    below 2). With ``num_considered <= 1`` the one action is visited every time. Memoised:
+    every move of a game asks for one of a few schedules.
     """
     if num_considered <= 1:
         return tuple(range(num_simulations))

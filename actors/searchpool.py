@@ -20,8 +20,10 @@ batches in flight, as the game coroutines did.
   evaluator the visit counts, moves and training targets are those of the per-leaf path
   (tests/test_searchpool.py).
 - **The evaluation cache** (``actors.evalcache``) is consulted for each leaf before it joins a
-  round (a hit is fed at once) and filled from each well-formed reply, under the keys of the
-  lookups that missed; leaves in flight are not joined.
+  round (a hit is fed at once) and filled from each well-formed reply; leaves in flight are
+  not joined. With the compiled store the lookups happen in C, in the loop that steps the
+  trees (``Cache.step``): a search's leaves are answered from the cache until one misses, and
+  only the root's lookup (followed by the search's setup in Python) stays in Python.
 - **Failures stay per search.** An evaluation's error (``VersionUnavailable``, a timeout, a
   server error) fails the searches of that version's message, whose trees are reset; a
   cancelled search (its game stopped) is dropped at its next round.
@@ -52,7 +54,7 @@ class _Job:
 
     __slots__ = (
         "search", "tree", "version", "obs", "fut", "root", "root_asked", "noise", "sims",
-        "counter", "key",
+        "counter", "looked",
     )  # fmt: skip
 
     def __init__(
@@ -74,7 +76,7 @@ class _Job:
         self.noise = noise
         self.sims = sims
         self.counter = counter
-        self.key: Any = None  # the cache's key of the leaf it waits on (a miss)
+        self.looked = False  # the leaf it waits on missed the compiled cache already
 
     def feed(self, logits: Any, value: Any) -> bool:
         """Give the waiting leaf its answer; True when the search is done (result set)."""
@@ -233,28 +235,25 @@ class _Lane:
     async def _round(self, jobs: list[_Job]) -> None:
         pool = self.pool
         cache = pool.cache
+        store = cache.compiled if cache is not None else None
         # Per version: the searches waiting on an inner leaf, then those waiting on their root
         # (fed one by one: a root's answer is followed by the search's setup in Python).
         groups: dict[int, tuple[list[_Job], list[_Job]]] = {}
+        fresh: dict[int, list[_Job]] = {}  # inner leaves the compiled cache has not seen yet
         for job in jobs:
             if job.fut.done():  # cancelled: its game stopped
                 self._drop(job)
                 continue
-            if cache is not None:
-                waiting = True
-                while waiting:
-                    key, hit = cache.lookup(job.version, job.obs)
-                    if hit is None:
-                        job.key = key
-                        break
-                    self._asked(1)
-                    waiting = self._answer(job, *hit)
-                if not waiting:
+            if cache is not None and not job.looked:
+                if store is not None and not job.root:
+                    fresh.setdefault(job.version, []).append(job)
                     continue
-            parts = groups.get(job.version)
-            if parts is None:
-                parts = groups[job.version] = ([], [])
-            parts[job.root].append(job)
+                if not self._lookup(job, cache):
+                    continue
+            _join(groups, job)
+        for version, batch in fresh.items():  # their leaves answered in C while they hit
+            for job in self._step_inner(batch, None, None, version):
+                _join(groups, job)
         if not groups:
             return
         sent = []
@@ -265,36 +264,64 @@ class _Lane:
             stack = np.frombuffer(joined, np.uint8).reshape(len(group), *group[0].obs.shape)
             self._asked(len(group))
             try:
-                sent.append((inner, group, pool._evaluate(stack, version)))
+                sent.append((version, inner, group, stack, pool._evaluate(stack, version)))
             except Exception as exc:  # noqa: BLE001 - a closed client: its searches fail
                 self._fail(group, exc)
-        answers = await asyncio.gather(*(s[2] for s in sent), return_exceptions=True)
+        answers = await asyncio.gather(*(s[4] for s in sent), return_exceptions=True)
         again = self._next
-        for (inner, group, _), answer in zip(sent, answers, strict=True):
+        for (version, inner, group, stack, _), answer in zip(sent, answers, strict=True):
             if isinstance(answer, BaseException):
                 self._fail(group, answer)
                 continue
             logits, values = answer
-            vals = values.tolist()  # the same doubles the tree reads from float32 scalars
-            if cache is not None and _well_formed(logits, vals, group):
-                cache.put_rows([j.key for j in group], logits, vals)
+            if cache is not None and _well_formed(logits, values, group):
+                cache.put_rows(version, stack, logits, values)
             first = 0
             if inner and _fast(logits, values):
-                self._step_inner(inner, logits, values, again)
+                again.extend(self._step_inner(inner, logits, values, version))
                 first = len(inner)
+            if first == len(group):
+                continue
+            vals = values.tolist()  # the same doubles the tree reads from float32 scalars
             for i in range(first, len(group)):
                 job = group[i]
                 if self._answer(job, logits[i], vals[i]):
                     again.append(job)
 
-    def _step_inner(self, inner: list[_Job], logits: Any, values: Any, again: list[_Job]) -> None:
+    def _lookup(self, job: _Job, cache: EvalCache) -> bool:
+        """Answer ``job``'s leaves from the cache in Python while they hit (its root, or any
+        leaf without the compiled store); True when it waits on a leaf that missed."""
+        while True:
+            hit = cache.lookup(job.version, job.obs)
+            if hit is None:
+                return True
+            self._asked(1)
+            if not self._answer(job, *hit):
+                return False
+
+    def _step_inner(self, inner: list[_Job], logits: Any, values: Any, version: int) -> list[_Job]:
         """The first ``len(inner)`` rows of a reply to their searches, stepped in C at once
-        (``step_many``: what ``_answer`` does per search, the same calls on each tree)."""
-        flags, errors = step_many([j.tree for j in inner], logits, values, [j.obs for j in inner])
-        again.extend(compress(inner, flags))
+        (``step_many``: what ``_answer`` does per search, the same calls on each tree); with
+        the compiled cache, each tree's next leaves are answered from it while they hit
+        (``Cache.step``; ``logits=None``: only that, for leaves not yet looked up). Returns
+        the searches that wait on a leaf (looked up, when the cache is compiled)."""
+        trees, outs = [j.tree for j in inner], [j.obs for j in inner]
+        cache = self.pool.cache
+        store = cache.compiled if cache is not None else None
+        if store is not None:
+            assert cache is not None
+            flags, errors, hits = store.step(
+                trees, logits, values, outs, version, cache.kind(inner[0].obs)
+            )
+            self._asked(hits)
+        else:
+            flags, errors = step_many(trees, logits, values, outs)
+        waiting = list(compress(inner, flags))
+        for job in waiting:
+            job.looked = store is not None
         done = list(compress(inner, flags.translate(_NOT)))
         if not done:
-            return
+            return waiting
         failed = dict(errors) if errors else {}
         if failed:
             index = {id(j): i for i, j in enumerate(inner)}
@@ -309,6 +336,7 @@ class _Lane:
                 job.tree.reset()
                 continue
             job.finish()
+        return waiting
 
     def _asked(self, n: int) -> None:
         stats = self.pool.stats
@@ -355,11 +383,28 @@ class _Lane:
 _NOT = bytes.maketrans(b"\x00\x01", b"\x01\x00")
 
 
-def _well_formed(logits: Any, vals: list[float], group: list[_Job]) -> bool:
-    """Whether a reply may be cached: one row of the game's width per leaf (a malformed one
-    fails its searches, and must not answer others from the cache later)."""
+def _well_formed(logits: Any, values: Any, group: list[_Job]) -> bool:
+    """Whether a reply may be cached: one row of the game's width per leaf, numbers (a
+    malformed one fails its searches, and must not answer others from the cache later)."""
     shape = (len(group), group[0].search.game.num_actions)
-    return isinstance(logits, np.ndarray) and logits.shape == shape and len(vals) == len(group)
+    return (
+        isinstance(logits, np.ndarray)
+        and logits.shape == shape
+        and logits.dtype.kind == "f"
+        and isinstance(values, np.ndarray)
+        and values.shape == (len(group),)
+        and values.dtype in _FLOATS
+    )
+
+
+def _join(groups: dict[int, tuple[list[_Job], list[_Job]]], job: _Job) -> None:
+    """Add ``job``'s leaf to its version's round: inner leaves first, then roots. Its next leaf
+    is looked up again (``looked`` is set only by the step that looked it up)."""
+    job.looked = False
+    parts = groups.get(job.version)
+    if parts is None:
+        parts = groups[job.version] = ([], [])
+    parts[job.root].append(job)
 
 
 def _fast(logits: Any, values: Any) -> bool:

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from actors.compiled_mcts import core
 from actors.config import ActorsConfig
-from actors.evalcache import ENTRY_OVERHEAD, EvalCache
+from actors.evalcache import EvalCache
 from actors.mcts import MCTSConfig
 from actors.selfplay import SelfPlay
 from azserve.client import ClientConfig, EvalClient
@@ -21,6 +22,17 @@ from azserve.errors import VersionUnavailable
 from tests.conftest import MakeServer, Reference
 
 pytestmark = pytest.mark.timeout(60)
+
+STORES = ["python", "compiled"]
+"""Both stores are held to the same expectations (the compiled one: when the core is built)."""
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest) -> str:
+    if request.param == "compiled" and core is None:
+        pytest.skip("the compiled core is not built")
+    return str(request.param)
+
 
 A = 7
 
@@ -52,8 +64,8 @@ def board(i: int) -> np.ndarray:
     return obs
 
 
-async def test_hits_are_exact_and_cost_no_call() -> None:
-    net, cache = FakeNet(), EvalCache(1 << 20)
+async def test_hits_are_exact_and_cost_no_call(store: str) -> None:
+    net, cache = FakeNet(), EvalCache(1 << 20, store)
     ev = cache.evaluator(net, version=3)
     first = await ev(board(5))
     again = await ev(board(5).copy())  # equal bytes, another array
@@ -66,8 +78,8 @@ async def test_hits_are_exact_and_cost_no_call() -> None:
     assert cache.stats.hit_rate == 0.5
 
 
-async def test_versions_and_shapes_are_part_of_the_key() -> None:
-    net, cache = FakeNet(), EvalCache(1 << 20)
+async def test_versions_and_shapes_are_part_of_the_key(store: str) -> None:
+    net, cache = FakeNet(), EvalCache(1 << 20, store)
     await cache.evaluator(net, 1)(board(2))
     other = await cache.evaluator(net, 2)(board(2))
     assert net.calls == 2
@@ -77,8 +89,10 @@ async def test_versions_and_shapes_are_part_of_the_key() -> None:
     assert net.calls == 4  # (one more for the _answer above)
 
 
-async def test_a_position_in_flight_is_joined_and_a_cancelled_joiner_harms_nobody() -> None:
-    net, cache = FakeNet(delay=0.05), EvalCache(1 << 20)
+async def test_a_position_in_flight_is_joined_and_a_cancelled_joiner_harms_nobody(
+    store: str,
+) -> None:
+    net, cache = FakeNet(delay=0.05), EvalCache(1 << 20, store)
     ev = cache.evaluator(net, 0)
     a, b, c = ev(board(1)), ev(board(1)), ev(board(1))
     b.cancel()  # one game ended meanwhile
@@ -88,9 +102,9 @@ async def test_a_position_in_flight_is_joined_and_a_cancelled_joiner_harms_nobod
     assert len(cache) == 1
 
 
-async def test_errors_reach_every_waiter_and_are_not_cached() -> None:
+async def test_errors_reach_every_waiter_and_are_not_cached(store: str) -> None:
     net = FakeNet(delay=0.01, fail=VersionUnavailable("VersionUnavailable", "gone"))
-    cache = EvalCache(1 << 20)
+    cache = EvalCache(1 << 20, store)
     ev = cache.evaluator(net, 0)
     results = await asyncio.gather(ev(board(1)), ev(board(1)), return_exceptions=True)
     assert all(isinstance(r, VersionUnavailable) for r in results)
@@ -100,16 +114,16 @@ async def test_errors_reach_every_waiter_and_are_not_cached() -> None:
     assert net.calls == 2  # retried, not answered from a cached failure
 
 
-async def test_stacks_pass_through() -> None:
-    net, cache = FakeNet(), EvalCache(1 << 20)
+async def test_stacks_pass_through(store: str) -> None:
+    net, cache = FakeNet(), EvalCache(1 << 20, store)
     stack = np.stack([board(1), board(2)])
     await cache.evaluator(net, 0)(stack)
     assert net.calls == 1 and len(cache) == 0 and cache.stats.misses == 0
 
 
-async def test_memory_bound_evicts_least_recently_used() -> None:
-    per_entry = 2 * 6 * 7 + A * 4 + ENTRY_OVERHEAD
-    net, cache = FakeNet(), EvalCache(10 * per_entry)
+async def test_memory_bound_evicts_least_recently_used(store: str) -> None:
+    per_entry = 2 * 6 * 7 + A * 4 + EvalCache(1, store).entry_overhead
+    net, cache = FakeNet(), EvalCache(10 * per_entry, store)
     ev = cache.evaluator(net, 0)
     for i in range(10):
         await ev(board(i))
@@ -128,12 +142,14 @@ async def test_memory_bound_evicts_least_recently_used() -> None:
         assert cache.stats.bytes <= cache.max_bytes and len(cache) <= 10
 
 
-async def test_footprint_estimate_covers_the_real_memory() -> None:
+async def test_footprint_estimate_covers_the_real_memory(store: str) -> None:
     """``ENTRY_OVERHEAD`` is a measurement: the memory really held per entry stays within
     the estimate (and not far below it, or the bound would waste memory)."""
-    net, cache = FakeNet(), EvalCache(1 << 30)
+    net, cache = FakeNet(), EvalCache(1 << 30, store)
     ev = cache.evaluator(net, 0)
     obs = [np.random.default_rng(i).integers(0, 2, (2, 6, 7), dtype=np.uint8) for i in range(8_000)]
+    for o in obs:  # numpy keeps an array's buffer description once exported: not the cache's
+        memoryview(o).release()
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
@@ -146,41 +162,63 @@ async def test_footprint_estimate_covers_the_real_memory() -> None:
     assert 0.7 * estimated <= held <= 1.2 * estimated, (held, estimated)
 
 
-async def test_rows_stored_under_the_lookups_keys_are_the_evaluators_entries() -> None:
+async def test_rows_stored_from_a_reply_are_the_evaluators_entries(store: str) -> None:
     """``lookup`` + ``put_rows`` (the pool's bulk path) make the same entries as the evaluator:
     read-only copies, found by either path, kept when present, within the memory bound."""
-    per_entry = 2 * 6 * 7 + A * 4 + ENTRY_OVERHEAD
-    cache = EvalCache(6 * per_entry)
-    boards = [board(i) for i in range(4)]
-    looked = [cache.lookup(3, b) for b in boards]
-    assert [hit for _, hit in looked] == [None] * 4 and cache.stats.misses == 4
+    per_entry = 2 * 6 * 7 + A * 4 + EvalCache(1, store).entry_overhead
+    cache = EvalCache(6 * per_entry, store)
+    boards = np.stack([board(i) for i in range(4)])
+    assert [cache.lookup(3, b) for b in boards] == [None] * 4 and cache.stats.misses == 4
     logits = np.arange(4 * A, dtype=np.float32).reshape(4, A)
-    cache.put_rows([k for k, _ in looked], logits, [0.5, -0.5, 0.25, 0.0])
+    cache.put_rows(3, boards, logits, np.array([0.5, -0.5, 0.25, 0.0], np.float32))
     logits[:] = -1  # the reply's buffer is reused: the entries are copies
     assert len(cache) == 4 and cache.stats.bytes == 4 * per_entry
-    key, hit = cache.lookup(3, board(2))
-    assert hit is not None and key == looked[2][0]
+    hit = cache.lookup(3, board(2))
+    assert hit is not None and hit[0].dtype == np.float32
     assert hit[0].tolist() == list(range(2 * A, 3 * A)) and hit[1] == 0.25
     assert not hit[0].flags.writeable
     net = FakeNet()
     assert (await cache.evaluator(net, 3)(board(1)))[1] == -0.5 and net.calls == 0
-    assert cache.lookup(4, board(1))[1] is None  # another version
+    assert cache.lookup(4, board(1)) is None  # another version
     # Present keys are kept (first answer wins); the LRU bound holds for bulk stores too.
-    cache.put_rows([looked[0][0]], np.ones((1, A), np.float32), [9.0])
-    assert cache.lookup(3, board(0))[1][1] == 0.5  # type: ignore[index]
-    more = [cache.lookup(3, board(i))[0] for i in range(4, 9)]
-    cache.put_rows(more, np.zeros((5, A), np.float32), [0.0] * 5)
+    cache.put_rows(3, boards[:1], np.ones((1, A), np.float32), np.array([9.0]))
+    assert cache.lookup(3, board(0))[1] == 0.5  # type: ignore[index]
+    more = np.stack([board(i) for i in range(4, 9)])
+    cache.put_rows(3, more, np.zeros((5, A), np.float32), np.zeros(5))
     assert len(cache) == 6 and cache.stats.evictions == 3
     assert cache.stats.bytes == 6 * per_entry <= cache.max_bytes
+    assert cache.lookup(3, board(0)) is not None, "the most recently used of the first four"
+    assert cache.lookup(3, board(3)) is None, "the least recently used went first"
+    with pytest.raises(ValueError, match="4 positions for 3 rows"):
+        cache.put_rows(3, boards, np.zeros((3, A), np.float32), np.zeros(3))
 
 
-def test_zero_bytes_is_refused() -> None:
+async def test_other_logit_dtypes_are_kept_as_the_doubles_the_search_reads(store: str) -> None:
+    net = FakeNet()
+    cache = EvalCache(1 << 20, store)
+
+    async def half(obs: np.ndarray, version: int) -> tuple[np.ndarray, float]:
+        logits, value = await net._answer(obs, version)
+        return logits.astype(np.float16), value
+
+    ev = cache.evaluator(lambda o, v: asyncio.ensure_future(half(o, v)), 0)
+    first = await ev(board(4))
+    again = await ev(board(4))
+    assert again[0].dtype == np.float64 and again[0].tolist() == first[0].tolist()
+    # A float64 reply is kept as it is.
+    rows = np.random.default_rng(0).standard_normal((2, A))
+    cache.put_rows(1, np.stack([board(5), board(6)]), rows, np.array([0.25, 0.5]))
+    hit = cache.lookup(1, board(6))
+    assert hit is not None and hit[0].dtype == np.float64 and hit[0].tolist() == rows[1].tolist()
+
+
+def test_zero_bytes_is_refused(store: str) -> None:
     with pytest.raises(ValueError, match="max_bytes"):
-        EvalCache(0)
+        EvalCache(0, store)
 
 
 async def test_selfplay_through_the_cache_hits_with_the_networks_answers(
-    make_server: MakeServer, ref: Reference
+    make_server: MakeServer, ref: Reference, store: str
 ) -> None:
     """Tic-tac-toe games from one start position repeat positions: the cache hits, saves
     messages, and every cached answer equals the served network's output."""
@@ -194,6 +232,7 @@ async def test_selfplay_through_the_cache_hits_with_the_networks_answers(
             _NullSink(),
             "a0",
         )
+        sp.cache = EvalCache(8 << 20, store)
         stats = await asyncio.wait_for(sp.run(asyncio.Event()), 45)
         sent_rows = client.stats.rows
     cache = sp.cache
@@ -201,10 +240,10 @@ async def test_selfplay_through_the_cache_hits_with_the_networks_answers(
     s = cache.stats
     assert s.hits + s.shared > 0 and s.misses == sent_rows
     assert stats.evaluations == s.hits + s.shared + s.misses
-    keys = list(cache._entries)
-    obs = np.stack([np.frombuffer(k[3], np.uint8).reshape(k[1]) for k in keys])
-    logits = np.stack([np.frombuffer(*cache._entries[k][:2]) for k in keys])
-    values = np.array([cache._entries[k][2] for k in keys])
+    entries = cache.entries()
+    obs = np.stack([e[1] for e in entries])
+    logits = np.stack([e[2] for e in entries])
+    values = np.array([e[3] for e in entries])
     assert ref.rows_matching(obs, logits, values).all()
 
 
@@ -235,10 +274,10 @@ def test_bench_reads_the_window_from_the_status_lines() -> None:
     assert cache_window(["no cache here"], 40.0) is None
 
 
-async def test_a_cancelled_first_caller_leaves_the_joiners_answered() -> None:
+async def test_a_cancelled_first_caller_leaves_the_joiners_answered(store: str) -> None:
     """The first caller awaits the evaluation's own future; if its game ends (cancelled), the
     callers that joined it are asked for again and still get the network's answer."""
-    net, cache = FakeNet(delay=0.05), EvalCache(1 << 20)
+    net, cache = FakeNet(delay=0.05), EvalCache(1 << 20, store)
     ev = cache.evaluator(net, 0)
     a, b = ev(board(3)), ev(board(3))
     await asyncio.sleep(0.01)  # the evaluation has started

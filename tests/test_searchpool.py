@@ -85,10 +85,12 @@ def counts(s: SelfPlayStats) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(s).items() if k != "loop_lag_ms"}
 
 
-async def _games(cfg: MCTSConfig, seeds: list[int], pooled: bool, cache_mb: float, rows: int):
+async def _games(
+    cfg: MCTSConfig, seeds: list[int], pooled: bool, cache_mb: float, rows: int, store: str = "auto"
+):
     client = Client(delay=0.001)
     stats = SelfPlayStats()
-    cache = EvalCache(int(cache_mb * 2**20)) if cache_mb else None
+    cache = EvalCache(int(cache_mb * 2**20), store) if cache_mb else None
     pool = SearchPool(client.evaluate, rows, stats, cache) if pooled else None
     lanes = 0
     try:
@@ -105,14 +107,16 @@ async def _games(cfg: MCTSConfig, seeds: list[int], pooled: bool, cache_mb: floa
     return games, stats, client, lanes
 
 
-@pytest.mark.parametrize("cache_mb", [0, 8])
+@pytest.mark.parametrize("cache", ["off", "python", "compiled"])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-async def test_pooled_games_are_the_per_leaf_games(name: str, cache_mb: float) -> None:
+async def test_pooled_games_are_the_per_leaf_games(name: str, cache: str) -> None:
     """Twelve games at once in lanes of five: each game is the one the per-leaf path plays,
-    and the counters agree; the pool sends far fewer messages."""
+    and the counters agree; the pool sends far fewer messages. With the cache, either store
+    (the compiled one answers the pool's leaves inside its C loop)."""
     cfg, seeds = CONFIGS[name], list(range(12))
-    want, want_stats, leaf_client, _ = await _games(cfg, seeds, False, cache_mb, 5)
-    got, got_stats, pool_client, lanes = await _games(cfg, seeds, True, cache_mb, 5)
+    cache_mb = 0 if cache == "off" else 8
+    want, want_stats, leaf_client, _ = await _games(cfg, seeds, False, cache_mb, 5, "python")
+    got, got_stats, pool_client, lanes = await _games(cfg, seeds, True, cache_mb, 5, cache)
     for a, b in zip(want, got, strict=True):
         same(a, b)
     if cache_mb == 0:  # with the cache, joins of leaves in flight differ (the pool has none)
@@ -295,6 +299,81 @@ def test_step_many_fails_only_the_trees_that_cannot_step() -> None:
         step_many([a.tree], logits, values, [oa, ob])
 
 
+def _per_position(stack: np.ndarray, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Answers that depend on each position alone (as a network's do), so a cache may give them."""
+    out = [_answer(row[None], dtype) for row in stack]
+    return np.concatenate([o[0] for o in out]), np.concatenate([o[1] for o in out])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["gumbel", "puct"])
+def test_the_compiled_cache_steps_trees_as_step_would(name: str, dtype: Any) -> None:
+    """``Cache.step``: a tree's leaves answered from the cache in C are the leaves ``step``
+    answers from the same rows; searches fed only from the cache (nothing sent) or partly end
+    with the same visits, values and leaves fed, and every leaf is a hit or a miss once."""
+    cfg = CONFIGS[name]
+    cache = EvalCache(1 << 22, "compiled")
+    store, kind = cache.compiled, cache.kind(np.empty(C4.obs_shape, np.uint8))
+    want = [_started(cfg, i) for i in range(6)]
+    live, leaves = list(range(6)), 6
+    while live:  # the per-tree path, every answer stored as the pool stores replies
+        stack = np.stack([want[i][1] for i in live])
+        logits, values = _per_position(stack, dtype)
+        cache.put_rows(7, stack, logits, values)
+        flags, _ = step_many([want[i][0].tree for i in live], logits, values,
+                             [want[i][1] for i in live])  # fmt: skip
+        live = [i for i, f in zip(live, flags, strict=True) if f]
+        leaves += len(live)
+
+    got = [_started(cfg, i) for i in range(6)]
+    flags, errors, hits = store.step([g.tree for g, _ in got], None, None,
+                                     [o for _, o in got], 7, kind)  # fmt: skip
+    assert errors is None and list(flags) == [0] * 6 and hits == 6 * cfg.num_simulations
+    assert store.misses == 0
+    for (a, _), (b, _) in zip(want, got, strict=True):
+        assert b.tree.fed == a.tree.fed == cfg.num_simulations
+        ra, rb = a.result(1), b.result(1)
+        np.testing.assert_array_equal(ra.visits, rb.visits)
+        assert ra.root_value == rb.root_value
+
+    # Another version misses everywhere; the misses are answered as replies and stored, and
+    # the searches continue in C from the rows they share with others.
+    part = [_started(cfg, i) for i in range(6)]
+    trees, outs = [t for t, _ in part], [o for _, o in part]
+    flags, errors, hits = store.step([t.tree for t in trees], None, None, outs, 8, kind)
+    assert errors is None and list(flags) == [1] * 6 and hits == 0 and store.misses == 6
+    live, answered = list(range(6)), 0
+    while live:
+        stack = np.stack([outs[i] for i in live])
+        logits, values = _per_position(stack, dtype)
+        cache.put_rows(8, stack, logits, values)
+        answered += len(live)
+        flags, errors, more = store.step([trees[i].tree for i in live], logits, values,
+                                         [outs[i] for i in live], 8, kind)  # fmt: skip
+        assert errors is None
+        hits += more
+        live = [i for i, f in zip(live, flags, strict=True) if f]
+    assert hits + answered == 6 * cfg.num_simulations
+    for (a, _), b in zip(want, trees, strict=True):
+        np.testing.assert_array_equal(a.result(1).visits, b.result(1).visits)
+
+
+def test_the_compiled_cache_step_fails_only_the_trees_that_cannot_step() -> None:
+    cfg = CONFIGS["gumbel"]
+    cache = EvalCache(1 << 20, "compiled")
+    store, kind = cache.compiled, cache.kind(np.empty(C4.obs_shape, np.uint8))
+    (a, oa) = _started(cfg, 0)
+    idle = make_gumbel(C4, cfg, np.random.default_rng(2))
+    logits, values = _answer(np.stack([oa, oa]), np.float32)
+    flags, errors, hits = store.step([a.tree, idle.tree], logits, values, [oa, oa.copy()], 1, kind)
+    assert list(flags) == [1, 0] and hits == 0 and [i for i, _ in errors] == [1]
+    assert "one pending leaf" in str(errors[0][1])
+    with pytest.raises(TypeError, match="step"):
+        store.step([a.tree], logits, values, [oa])
+    with pytest.raises(ValueError, match="1 trees but 2 outs"):
+        store.step([a.tree], None, None, [oa, oa], 1, kind)
+
+
 def _count_step_many(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The pool's ``step_many`` calls, counted: the trees of each."""
     import actors.searchpool as sp
@@ -350,16 +429,35 @@ async def test_the_pool_steps_inner_leaves_in_c_and_fails_bad_rows_per_search(
     await pool.aclose()
 
 
+class _CountingStore:
+    """The compiled cache store, its ``step`` calls counted (the trees of each with a reply)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.calls: list[int] = []
+
+    def step(self, trees: list[Any], logits: Any, *rest: Any) -> Any:
+        if logits is not None:
+            self.calls.append(len(trees))
+        return self.store.step(trees, logits, *rest)
+
+
+@pytest.mark.parametrize("store", ["python", "compiled"])
 async def test_with_the_cache_inner_leaves_still_step_in_c_and_bad_replies_are_not_cached(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, store: str
 ) -> None:
-    """With the cache on, the pool stores each well-formed reply under its lookups' keys and
-    steps the inner leaves through step_many; a reply of the wrong width fails its searches
+    """With the cache on, the pool stores each well-formed reply and steps the inner leaves in
+    C at once (the compiled store: ``Cache.step``, which also answers their next leaves from
+    the cache; the Python store: ``step_many``); a reply of the wrong width fails its searches
     and is never cached, so it cannot answer another search later."""
     calls = _count_step_many(monkeypatch)
     evaluate = _three_columns_after_the_root_on(9)
 
-    cache = EvalCache(1 << 22)
+    cache = EvalCache(1 << 22, store)
+    if store == "compiled":
+        counting = _CountingStore(cache.compiled)
+        cache.compiled = counting
+        calls = counting.calls
     pool = SearchPool(evaluate, 8, cache=cache)
     cfg = CONFIGS["gumbel"]
     bad = [pool.search(make_gumbel(C4, cfg, np.random.default_rng(i)), C4.initial_state(), 9,
@@ -374,12 +472,12 @@ async def test_with_the_cache_inner_leaves_still_step_in_c_and_bad_replies_are_n
     assert calls and max(calls) >= 2  # inner leaves of one version stepped at once, in C
     # Of version 9 only the root's (well-formed) answer is kept: both searches start from the
     # same position. None of the 3-column rows is; version 3's leaves are all there.
-    assert [key[3] for key in cache._entries if key[0] == 9] == [
+    entries = cache.entries()
+    assert [obs.tobytes() for version, obs, _, _ in entries if version == 9] == [
         C4.encode(C4.initial_state()).tobytes()
     ]
-    assert sum(key[0] == 3 for key in cache._entries) > 16
-    for key, (row, dtype, _) in cache._entries.items():
-        assert len(row) == C4.num_actions * dtype.itemsize, key
+    assert sum(version == 3 for version, *_ in entries) > 16
+    assert all(logits.shape == (C4.num_actions,) for _, _, logits, _ in entries)
     assert sum(lane.size for lane in pool._lanes) == 0
     await pool.aclose()
 
