@@ -1127,6 +1127,13 @@ static int Cache_init(Cache *c, PyObject *args, PyObject *kw) {
     return 0;
 }
 
+/* A Cache made with __new__ and never initialised has no table. */
+static int cache_ready(Cache *c) {
+    if (c->buckets) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "Cache was not initialised: call Cache(max_bytes)");
+    return -1;
+}
+
 static int parse_key(PyObject *const *args, long long *version, int *kind) {
     *version = PyLong_AsLongLong(args[0]);
     if (*version == -1 && PyErr_Occurred()) return -1;
@@ -1138,6 +1145,7 @@ static int parse_key(PyObject *const *args, long long *version, int *kind) {
 
 /* lookup(version, kind, obs) -> None (a miss) or (row bytes, is_double, value) (a hit). */
 static PyObject *Cache_lookup(Cache *c, PyObject *const *args, Py_ssize_t nargs) {
+    if (cache_ready(c) < 0) return NULL;
     long long version;
     int kind;
     Py_buffer view;
@@ -1162,6 +1170,7 @@ static int row_kind(const Py_buffer *view, const char *what) {
 
 /* put(version, kind, obs, logits [A], value): one answer (kept if its key is present). */
 static PyObject *Cache_put(Cache *c, PyObject *const *args, Py_ssize_t nargs) {
+    if (cache_ready(c) < 0) return NULL;
     long long version;
     int kind;
     if (nargs != 5) return PyErr_Format(PyExc_TypeError, "put(version, kind, obs, logits, value)");
@@ -1188,6 +1197,7 @@ static PyObject *Cache_put(Cache *c, PyObject *const *args, Py_ssize_t nargs) {
  * logits and values the answer to stack[i] (float32 or float64 each; the value is kept as the
  * double the search reads). */
 static PyObject *Cache_put_rows(Cache *c, PyObject *const *args, Py_ssize_t nargs) {
+    if (cache_ready(c) < 0) return NULL;
     long long version;
     int kind;
     if (nargs != 5)
@@ -1236,6 +1246,7 @@ done:
 /* entries() -> [(version, kind, key bytes, row bytes, is_double, value)], least recently used
  * first (for tests and inspection). */
 static PyObject *Cache_entries(Cache *c, PyObject *unused) {
+    if (cache_ready(c) < 0) return NULL;
     PyObject *out = PyList_New(0);
     if (!out) return NULL;
     for (CEntry *e = c->lru.next; e != &c->lru; e = e->next) {
@@ -1488,6 +1499,7 @@ static PyObject *step_many(PyObject *mod, PyObject *const *args, Py_ssize_t narg
  * as a miss). logits=None: no reply to take, only the trees' pending leaves (in outs) looked
  * up, e.g. the first leaf of a search. hits: the leaves answered from the cache. */
 static PyObject *Cache_step(Cache *c, PyObject *const *args, Py_ssize_t nargs) {
+    if (cache_ready(c) < 0) return NULL;
     long long version;
     int kind;
     if (nargs != 6)

@@ -287,3 +287,31 @@ async def test_a_cancelled_first_caller_leaves_the_joiners_answered(store: str) 
     assert np.array_equal(rb[0], want[0]) and rb[1] == want[1]
     assert net.calls == 3 and len(cache) == 1  # a's, b's re-ask, and the check above
     assert np.array_equal((await ev(board(3)))[0], want[0]) and net.calls == 3  # a hit now
+
+
+def test_the_compiled_store_refuses_what_it_cannot_keep() -> None:
+    """The C store's own calls: rows must be float32 or float64, one per position; a store
+    never initialised says so instead of crashing."""
+    if core is None:
+        pytest.skip("the compiled core is not built")
+    store = core.Cache(1 << 20)
+    stack = np.stack([board(1), board(2)])
+    with pytest.raises(TypeError, match="logits must be float32 or float64"):
+        store.put_rows(0, 0, stack, np.zeros((2, A), np.int32), np.zeros(2))
+    with pytest.raises(TypeError, match="values must be float32 or float64"):
+        store.put_rows(0, 0, stack, np.zeros((2, A), np.float32), np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match="the same n"):
+        store.put_rows(0, 0, stack, np.zeros((3, A), np.float32), np.zeros(3))
+    with pytest.raises(TypeError, match="logits must be float32 or float64"):
+        store.put(0, 0, board(1), np.zeros(A, np.float16), 0.5)
+    assert len(store) == 0 and store.bytes == 0
+    store.put(0, 0, board(1), np.arange(A, dtype=np.float32), 0.5)
+    row, is_double, value = store.lookup(0, 0, board(1))
+    assert np.frombuffer(row, np.float32).tolist() == list(range(A)) and (is_double, value) == (
+        0,
+        0.5,
+    )
+    assert store.lookup(0, 1, board(1)) is None  # another kind
+    fresh = core.Cache.__new__(core.Cache)
+    with pytest.raises(RuntimeError, match="not initialised"):
+        fresh.lookup(0, 0, board(1))
