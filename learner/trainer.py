@@ -6,6 +6,7 @@ The async learner loop (receive -> replay -> train -> publish) lives elsewhere a
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from contextlib import nullcontext
@@ -15,12 +16,14 @@ import numpy as np
 import torch
 
 from azserve.errors import ConfigError
-from azserve.model.device import resolve_device
+from azserve.model.device import native_bf16, resolve_device
 from azserve.model.network import build_net
 from azserve.model.spec import NetConfig
 from learner.config import TrainerConfig
 from learner.loss import Symmetries, alphazero_loss, augment, l2_penalty
 from learner.replay import Batch
+
+log = logging.getLogger("learner.trainer")
 
 
 def lr_at(cfg: TrainerConfig, step: int, now: float | None = None) -> float:
@@ -76,13 +79,23 @@ class Trainer:
         self.device = resolve_device(cfg.device, "trainer.device")
         # Version 0 has one origin: the seeded initial weights of the net section.
         self.model = build_net(net_cfg, seed=net_cfg.seed).to(self.device)
+        self._format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+        if cfg.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
         self._symmetries = symmetries if cfg.augment else None
         self.rng = np.random.default_rng(cfg.seed)
         self.step_count = 0
         on_cuda = self.device.type == "cuda"
-        self._amp_dtype = (
-            {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.amp) if on_cuda else None
-        )
+        self._amp_dtype: torch.dtype | None = None
+        if on_cuda:
+            self._amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.amp)
+        elif cfg.amp == "bf16":
+            self._amp_dtype = torch.bfloat16
+            if not native_bf16(self.device):
+                log.warning(
+                    "trainer.amp='bf16': this CPU has no native bf16 (AVX512-BF16 or AMX), so "
+                    "it is emulated and slower than float32; set trainer.amp='none'"
+                )
         self._scaler = torch.amp.GradScaler("cuda") if self._amp_dtype == torch.float16 else None
         # The usual practice: decay conv/linear weights, not biases or batch-norm parameters.
         self._decayed = [p for p in self.model.parameters() if p.ndim >= 2]
@@ -111,7 +124,8 @@ class Trainer:
         if self._symmetries is not None:
             batch = augment(batch, self._symmetries, self.rng)
         dev = self.device
-        obs = torch.from_numpy(np.ascontiguousarray(batch.obs)).to(dev, non_blocking=True).float()
+        obs = torch.from_numpy(np.ascontiguousarray(batch.obs)).to(dev, non_blocking=True)
+        obs = obs.float().contiguous(memory_format=self._format)
         target_pi = torch.from_numpy(np.ascontiguousarray(batch.policy)).to(dev, non_blocking=True)
         target_z = torch.from_numpy(np.ascontiguousarray(batch.outcome)).to(dev, non_blocking=True)
         lr = lr_at(self.cfg, self.step_count)
@@ -120,7 +134,7 @@ class Trainer:
 
         self.model.train()
         autocast = (
-            torch.autocast(device_type="cuda", dtype=self._amp_dtype)
+            torch.autocast(device_type=dev.type, dtype=self._amp_dtype)
             if self._amp_dtype is not None
             else nullcontext()
         )

@@ -128,9 +128,55 @@ def test_grad_clip_bounds_the_update() -> None:
     assert moved_b > moved_a
 
 
-def test_amp_is_ignored_on_cpu() -> None:
+def test_fp16_is_ignored_on_cpu() -> None:
     t = Trainer(NET, cfg(amp="fp16"))
-    assert t.step(fixed_batch(0))["loss"] > 0
+    assert t._amp_dtype is None and t.step(fixed_batch(0))["loss"] > 0
+
+
+def _conv_dtypes(t: Trainer) -> list[torch.dtype]:
+    """The dtypes the convolutions of ``t``'s next step compute in."""
+    seen: list[torch.dtype] = []
+    for m in t.model.modules():
+        if isinstance(m, torch.nn.Conv2d):
+            m.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    return seen
+
+
+def test_bf16_on_cpu_computes_in_bf16_and_learns() -> None:
+    """``amp = "bf16"`` on a CPU: the convolutions run in bf16 under autocast, the weights stay
+    float32, and the steps still reduce the loss."""
+    t = Trainer(NET, cfg(amp="bf16"))
+    seen = _conv_dtypes(t)
+    batch = fixed_batch(0)
+    first = t.step(batch)
+    assert seen and set(seen) == {torch.bfloat16}
+    assert all(p.dtype == torch.float32 for p in t.model.parameters())
+    for _ in range(20):
+        last = t.step(batch)
+    assert last["loss"] < 0.7 * first["loss"]
+    assert set(_conv_dtypes(Trainer(NET, cfg()))) <= {torch.float32}
+
+
+def test_channels_last_trains_the_same_net() -> None:
+    """Channels-last memory order changes the kernels, not the maths: the same losses (to
+    float32 rounding), and the weights it saves load into a trainer that does not use it."""
+    a, b = Trainer(NET, cfg()), Trainer(NET, cfg(channels_last=True))
+    assert any(
+        p.dim() == 4
+        and p.is_contiguous(memory_format=torch.channels_last)
+        and not p.is_contiguous()
+        for p in b.model.parameters()
+    )
+    for i in range(5):
+        la, lb = a.step(fixed_batch(i))["loss"], b.step(fixed_batch(i))["loss"]
+        assert lb == pytest.approx(la, rel=1e-4)
+    c = Trainer(NET, cfg())
+    c.load_state_dict(copy.deepcopy(b.state_dict()))
+    for (name, x), y in zip(
+        b.model.state_dict().items(), c.model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(x, y), name
+    assert c.step(fixed_batch(9))["loss"] == pytest.approx(b.step(fixed_batch(9))["loss"], rel=1e-4)
 
 
 def test_version_counter_bumps_once_per_publish_and_settles_a_stop() -> None:
@@ -142,10 +188,18 @@ def test_version_counter_bumps_once_per_publish_and_settles_a_stop() -> None:
     assert v.settle(3) == 2
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-def test_resume_from_state_dict_is_exact(optimizer: str) -> None:
+def test_resume_from_state_dict_is_exact(optimizer: str, channels_last: bool) -> None:
     """N steps straight == k steps, state_dict, fresh trainer, N - k steps (augmentation on)."""
-    c = cfg(optimizer=optimizer, lr_schedule="cosine", total_steps=6, warmup_steps=2, lr=0.01)
+    c = cfg(
+        optimizer=optimizer,
+        lr_schedule="cosine",
+        total_steps=6,
+        warmup_steps=2,
+        lr=0.01,
+        channels_last=channels_last,
+    )
     batches = [fixed_batch(i) for i in range(6)]
     straight = Trainer(NET, c, symmetries=mirror)
     for b in batches:
