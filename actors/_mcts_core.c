@@ -971,15 +971,17 @@ typedef struct {
 static uint64_t key_hash(long long version, int kind, const unsigned char *p, Py_ssize_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)version * 0xFF51AFD7ED558CCDULL) ^
                  ((uint64_t)(unsigned)kind << 32) ^ (uint64_t)n;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        h = (h ^ w) * 0x100000001B3ULL;
-        h ^= h >> 29;
+    while (n > 0) { /* MurmurHash3's block mix, 8 bytes at a time (the tail zero-padded) */
+        uint64_t w = 0;
+        memcpy(&w, p, n >= 8 ? 8 : (size_t)n);
+        w *= 0x87C37B91114253D5ULL;
+        w = (w << 31) | (w >> 33);
+        w *= 0x4CF5AD432745937FULL;
+        h ^= w;
+        h = ((h << 27) | (h >> 37)) * 5 + 0x52DCE729;
         p += 8;
         n -= 8;
     }
-    while (n-- > 0) h = (h ^ *p++) * 0x100000001B3ULL;
     h ^= h >> 33; /* murmur3's finaliser */
     h *= 0xFF51AFD7ED558CCDULL;
     h ^= h >> 33;
