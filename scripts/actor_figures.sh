@@ -29,6 +29,10 @@ bench() {  # NAME, then --set overrides
   >"$OUT/mcts.log" 2>&1
 "$BIN/python" -m actors.bench_pool --rounds 3 --per-round 1000 --json "$OUT/pool-alone.json" \
   >"$OUT/pool-alone.log" 2>&1
+# With the actors' cache (64 MB, the default): the compiled store against the Python one.
+"$BIN/python" -m actors.bench_pool --rounds 3 --per-round 1000 --cache-mb 64 \
+  --variants pool,pool-pystore,leaf --json "$OUT/pool-alone-cache.json" \
+  >"$OUT/pool-alone-cache.log" 2>&1
 SYN=(--set backend.kind=synthetic --set actors.cache_mb=0)
 bench syn256-leaf "${SYN[@]}" --set actors.search_pool=false
 bench syn256-pool "${SYN[@]}" --set actors.search_pool=true
@@ -53,8 +57,12 @@ print("|---" * (len(cols) + 5) + "|")
 p = json.loads((out / "pool-alone.json").read_text())
 print("the actor side alone (bench_pool), simulations per CPU-s:",
       {k: (p[k]["simulations_per_cpu_s"], p[k]["rows_per_evaluation"]) for k in ("pool", "leaf")})
+p = json.loads((out / "pool-alone-cache.json").read_text())
+print("the same with the cache (64 MB), simulations per CPU-s and hit rate:",
+      {k: (p[k]["simulations_per_cpu_s"], p[k]["cache_hit_rate"])
+       for k in ("pool", "pool-pystore", "leaf")})
 for f in sorted(out.glob("*.json")):
-    if f.name in ("mcts.json", "pool-alone.json"):
+    if f.name in ("mcts.json", "pool-alone.json", "pool-alone-cache.json"):
         continue
     r = json.loads(f.read_text())
     lag = r.get("event_loop_lag_ms", {})
