@@ -81,7 +81,7 @@ class Trainer:
         self.model = build_net(net_cfg, seed=net_cfg.seed).to(self.device)
         self._format = torch.channels_last if cfg.channels_last else torch.contiguous_format
         if cfg.channels_last:
-            self.model = self.model.to(memory_format=torch.channels_last)
+            self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self._symmetries = symmetries if cfg.augment else None
         self.rng = np.random.default_rng(cfg.seed)
         self.step_count = 0
