@@ -135,6 +135,8 @@ class SearchPool:
         self.max_rows = max_rows
         self.stats = stats
         self.cache = cache
+        self.store = cache.compiled if cache is not None else None
+        """The cache's compiled store (``Cache.step``), or None: looked up once, not per round."""
         self._lanes: list[_Lane] = []
 
     @staticmethod
@@ -234,8 +236,7 @@ class _Lane:
 
     async def _round(self, jobs: list[_Job]) -> None:
         pool = self.pool
-        cache = pool.cache
-        store = cache.compiled if cache is not None else None
+        cache, store = pool.cache, pool.store
         # Per version: the searches waiting on an inner leaf, then those waiting on their root
         # (fed one by one: a root's answer is followed by the search's setup in Python).
         groups: dict[int, tuple[list[_Job], list[_Job]]] = {}
@@ -306,10 +307,9 @@ class _Lane:
         (``Cache.step``; ``logits=None``: only that, for leaves not yet looked up). Returns
         the searches that wait on a leaf (looked up, when the cache is compiled)."""
         trees, outs = [j.tree for j in inner], [j.obs for j in inner]
-        cache = self.pool.cache
-        store = cache.compiled if cache is not None else None
+        cache, store = self.pool.cache, self.pool.store
         if store is not None:
-            assert cache is not None
+            assert cache is not None  # the store is the cache's
             flags, errors, hits = store.step(
                 trees, logits, values, outs, version, cache.kind(inner[0].obs)
             )
