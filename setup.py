@@ -8,7 +8,8 @@ setup(
     ext_modules=[
         Extension(
             "actors._mcts_core",
-            ["actors/_mcts_core.c"],
+            ["actors/_mcts_core.c", "actors/_games.c"],
+            depends=["actors/_games.h"],
             # No fused multiply-add: every score must round exactly as the Python search's.
             extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math"],
             optional=True,

@@ -1,8 +1,9 @@
 /* The compiled search trees of actors.compiled_mcts: the same PUCT search as actors/mcts.py
  * and the same Gumbel search as actors/gumbel.py (the pure-Python oracles), operation for
- * operation, on Connect Four and tic-tac-toe bitboards. One Tree type does both: a Gumbel tree
- * (Tree(..., gumbel=True)) picks its root action by sequential halving and the children below
- * by the improved policy; expansion, backup, rules, encoding and tree reuse are shared.
+ * operation, on any game of the table in _games.c (Connect Four, tic-tac-toe, Othello, Go 9x9).
+ * One Tree type does both: a Gumbel tree (Tree(..., gumbel=True)) picks its root action by
+ * sequential halving and the children below by the improved policy; expansion, backup and tree reuse are shared; the rules and the
+ * encoding are the game table's.
  *
  * Exactness: every score, softmax and backup is computed with the same IEEE double operations
  * in the same order as the Python code (built with -ffp-contract=off, so no fused multiply-add),
@@ -20,10 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAXA 9    /* most actions of a supported game (tic-tac-toe) */
-#define MAXD 64   /* longest path: a game never lasts more plies (Connect Four: 42) */
+#include "_games.h"
 
-enum { GAME_CONNECT4 = 0, GAME_TICTACTOE = 1 };
+#define MAXA GAME_MAX_ACTIONS /* most actions of any game in the table */
 
 typedef struct Node Node;
 
@@ -35,8 +35,9 @@ typedef struct {
 } Edge;
 
 struct Node {
-    uint64_t stones, mask; /* the side to move's stones, all stones */
-    int ply, last_won;
+    Node *parent;          /* NULL at the root (what came before it is the tree's history) */
+    unsigned char *state;  /* the game's state bytes (GameDef.state_size), after the edges */
+    uint16_t *actions;     /* the k legal actions, increasing, after the edges */
     int k;                 /* legal actions (edges) */
     int expanded;          /* priors set: the Python node's `actions is not None` */
     int has_tv;            /* terminal: tv is its value, never expanded */
@@ -44,7 +45,6 @@ struct Node {
     long visits;
     double value_sum, visited_prior;
     double raw_value;      /* the network's value of this node (Gumbel's mixed value) */
-    signed char actions[MAXA];
     Edge e[];
 };
 
@@ -55,10 +55,13 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    int game, num_actions, obs_size;
+    const GameDef *rules;
+    int num_actions, obs_size, maxd;  /* maxd: the longest path from a root (the game's plies) */
     double c_puct, fpu_reduction, root_fpu_reduction, vl;
     int width;
     Node *root;
+    uint64_t *history;   /* sorted hashes of the boards before the root (Go's superko) */
+    Py_ssize_t nhistory, history_cap;
     int has_clean;
     double clean_p[MAXA];
     long count, done;
@@ -66,7 +69,7 @@ typedef struct {
     int nbatch;
     Node *leaves[64];
     int pathlen[64];
-    Step *paths; /* width * MAXD */
+    Step *paths; /* width * maxd */
     long nodes;  /* live nodes, for tests */
     /* Gumbel (gumbel != 0): the search's root state, set by gumbel_start */
     int gumbel;
@@ -78,53 +81,60 @@ typedef struct {
     long schedule_cap;
 } Tree;
 
-/* --- games ------------------------------------------------------------------------------- */
+/* --- positions: the game table's rules (_games.c) on nodes -------------------------------- */
 
-
-static int c4_four(uint64_t b) {
-    uint64_t m = b & (b >> 7);
-    if (m & (m >> 14)) return 1;
-    m = b & (b >> 1);
-    if (m & (m >> 2)) return 1;
-    m = b & (b >> 6);
-    if (m & (m >> 12)) return 1;
-    m = b & (b >> 8);
-    return (m & (m >> 16)) != 0;
-}
-
-static const uint16_t TTT_LINES[8] = {0007, 0070, 0700, 0111, 0222, 0444, 0421, 0124};
-
-static int legal(int game, uint64_t mask, int last_won, signed char *out) {
-    int k = 0;
-    if (last_won) return 0;
-    if (game == GAME_CONNECT4) {
-        for (int c = 0; c < 7; c++)
-            if (!(mask & (1ULL << (c * 7 + 5)))) out[k++] = (signed char)c;
-    } else {
-        for (int c = 0; c < 9; c++)
-            if (!(mask >> c & 1)) out[k++] = (signed char)c;
+static int in_history(const Tree *t, uint64_t h) {
+    Py_ssize_t lo = 0, hi = t->nhistory;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (t->history[mid] < h) lo = mid + 1;
+        else hi = mid;
     }
-    return k;
+    return lo < t->nhistory && t->history[lo] == h;
 }
 
-static Node *new_node(Tree *t, uint64_t stones, uint64_t mask, int ply, int last_won) {
-    signed char acts[MAXA];
-    int k = legal(t->game, mask, last_won, acts);
-    Node *n = (Node *)malloc(sizeof(Node) + (size_t)k * sizeof(Edge));
+typedef struct {
+    const Tree *t;
+    const Node *node; /* the position whose moves are listed; its ancestors stood before it */
+    const unsigned char *state;
+} SeenCtx;
+
+static int seen_before(const void *ctx, uint64_t h) {
+    const SeenCtx *c = (const SeenCtx *)ctx;
+    uint64_t (*hash)(const unsigned char *) = c->t->rules->board_hash;
+    if (hash(c->state) == h) return 1;
+    for (const Node *n = c->node; n; n = n->parent)
+        if (hash(n->state) == h) return 1;
+    return in_history(c->t, h);
+}
+
+/* A node for `state` (state_size bytes) below `parent`; terminal nodes get their value tv and
+ * no edges. */
+static Node *new_node(Tree *t, Node *parent, const unsigned char *state, int terminal, double tv) {
+    uint16_t acts[MAXA];
+    int k = 0;
+    const GameDef *g = t->rules;
+    if (!terminal) {
+        SeenCtx ctx = {t, parent, state};
+        Repeats rep = {seen_before, &ctx};
+        k = g->legal(state, g->board_hash ? &rep : NULL, acts);
+    }
+    size_t edges = sizeof(Node) + (size_t)k * sizeof(Edge);
+    Node *n = (Node *)malloc(edges + (size_t)k * sizeof(uint16_t) + (size_t)g->state_size);
     if (!n) return NULL;
-    n->stones = stones;
-    n->mask = mask;
-    n->ply = ply;
-    n->last_won = last_won;
+    n->parent = parent;
+    n->actions = (uint16_t *)((char *)n + edges);
+    n->state = (unsigned char *)(n->actions + k);
+    memcpy(n->state, state, (size_t)g->state_size);
     n->k = k;
     n->expanded = 0;
-    n->has_tv = 0;
-    n->tv = 0.0;
+    n->has_tv = terminal;
+    n->tv = terminal ? tv : 0.0;
     n->visits = 0;
     n->value_sum = 0.0;
     n->visited_prior = 0.0;
     n->raw_value = 0.0;
-    memcpy(n->actions, acts, (size_t)k);
+    memcpy(n->actions, acts, (size_t)k * sizeof(uint16_t));
     for (int j = 0; j < k; j++) {
         n->e[j].p = 0.0;
         n->e[j].w = 0.0;
@@ -137,50 +147,14 @@ static Node *new_node(Tree *t, uint64_t stones, uint64_t mask, int ply, int last
 
 /* The child reached by playing edge i of `parent`, with its terminal value if the game ends. */
 static Node *new_child(Tree *t, Node *parent, int i) {
-    int a = parent->actions[i];
-    uint64_t stones = parent->stones, mask = parent->mask, new_mask, mine;
-    int won, terminal;
-    if (t->game == GAME_CONNECT4) {
-        new_mask = mask | (mask + (1ULL << (a * 7)));
-        mine = stones | (new_mask ^ mask);
-        won = c4_four(mine);
-        Node *c = new_node(t, mine ^ new_mask, new_mask, parent->ply + 1, won);
-        if (!c) return NULL;
-        terminal = won || c->ply == 42;
-        if (terminal) {
-            c->has_tv = 1;
-            c->tv = won ? -1.0 : 0.0;
-        }
-        return c;
-    }
-    uint64_t bit = 1ULL << a;
-    mine = stones | bit;
-    won = 0;
-    for (int l = 0; l < 8; l++)
-        if ((TTT_LINES[l] >> a & 1) && (mine & TTT_LINES[l]) == TTT_LINES[l]) won = 1;
-    Node *c = new_node(t, stones ^ mask, mask | bit, parent->ply + 1, won);
-    if (!c) return NULL;
-    terminal = won || c->ply == 9;
-    if (terminal) {
-        c->has_tv = 1;
-        c->tv = won ? -1.0 : 0.0;
-    }
-    return c;
+    unsigned char next[GAME_MAX_STATE];
+    double tv = 0.0;
+    int terminal = t->rules->play(parent->state, parent->actions[i], next, &tv);
+    return new_node(t, parent, next, terminal, tv);
 }
 
 /* uint8 [C, H, W] planes of `n` from its side to move's perspective (as Game.encode). */
-static void encode(Tree *t, const Node *n, unsigned char *out) {
-    uint64_t boards[2] = {n->stones, n->stones ^ n->mask};
-    if (t->game == GAME_CONNECT4) {
-        for (int p = 0; p < 2; p++)
-            for (int r = 0; r < 6; r++)
-                for (int c = 0; c < 7; c++)
-                    *out++ = (unsigned char)(boards[p] >> (c * 7 + 5 - r) & 1);
-    } else {
-        for (int p = 0; p < 2; p++)
-            for (int b = 0; b < 9; b++) *out++ = (unsigned char)(boards[p] >> b & 1);
-    }
-}
+static void encode(Tree *t, const Node *n, unsigned char *out) { t->rules->encode(n->state, out); }
 
 static void free_tree(Tree *t, Node *n) {
     if (!n) return;
@@ -451,7 +425,7 @@ static int descend(Tree *t, unsigned char *out) {
         while (t->done + t->nbatch < t->count && t->nbatch < t->width) {
             Node *node = t->root, *child;
             double reduction = t->root_fpu_reduction;
-            Step *path = t->paths + (size_t)t->nbatch * MAXD;
+            Step *path = t->paths + (size_t)t->nbatch * t->maxd;
             int len = 0, created = 0;
             for (;;) {
                 long visits = node->visits;
@@ -517,7 +491,7 @@ static int descend(Tree *t, unsigned char *out) {
 static int finish_leaf(Tree *t, int b, PyObject *logits, PyObject *value) {
     double v;
     if (expand(t, t->leaves[b], logits, value, &v) < 0) return -1;
-    backup(t->paths + (size_t)b * MAXD, t->pathlen[b], v, t->vl);
+    backup(t->paths + (size_t)b * t->maxd, t->pathlen[b], v, t->vl);
     t->fed += 1;
     return 0;
 }
@@ -528,7 +502,23 @@ static void Tree_dealloc(Tree *t) {
     free_tree(t, t->root);
     free(t->paths);
     free(t->schedule);
+    free(t->history);
     Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+/* The game table's entry named `name`, or NULL with ValueError listing the known names. */
+static const GameDef *game_named(const char *name) {
+    const GameDef *g = find_game(name);
+    if (!g) {
+        char known[256] = "";
+        for (int i = 0; GAME_TABLE[i]; i++) {
+            if (i) strncat(known, ", ", sizeof known - strlen(known) - 1);
+            strncat(known, GAME_TABLE[i]->name, sizeof known - strlen(known) - 1);
+        }
+        PyErr_Format(PyExc_ValueError, "compiled MCTS: unsupported game %s (the core knows %s)",
+                     name, known);
+    }
+    return g;
 }
 
 static int Tree_init(Tree *t, PyObject *args, PyObject *kw) {
@@ -542,18 +532,10 @@ static int Tree_init(Tree *t, PyObject *args, PyObject *kw) {
                                      &t->fpu_reduction, &t->root_fpu_reduction, &t->width, &t->vl,
                                      &t->gumbel, &t->c_visit, &t->c_scale))
         return -1;
-    if (strcmp(game, "connect4") == 0) {
-        t->game = GAME_CONNECT4;
-        t->num_actions = 7;
-        t->obs_size = 84;
-    } else if (strcmp(game, "tictactoe") == 0) {
-        t->game = GAME_TICTACTOE;
-        t->num_actions = 9;
-        t->obs_size = 18;
-    } else {
-        PyErr_Format(PyExc_ValueError, "compiled MCTS: unsupported game %s", game);
-        return -1;
-    }
+    if (!(t->rules = game_named(game))) return -1;
+    t->num_actions = t->rules->num_actions;
+    t->obs_size = t->rules->obs_size;
+    t->maxd = t->rules->max_plies + 1;
     if (t->width < 1 || t->width > 64) {
         PyErr_Format(PyExc_ValueError, "compiled MCTS: width must be in 1..64, got %d", t->width);
         return -1;
@@ -563,13 +545,14 @@ static int Tree_init(Tree *t, PyObject *args, PyObject *kw) {
         return -1;
     }
     free(t->paths);
-    t->paths = (Step *)malloc(sizeof(Step) * (size_t)t->width * MAXD);
+    t->paths = (Step *)malloc(sizeof(Step) * (size_t)t->width * (size_t)t->maxd);
     if (!t->paths) {
         PyErr_NoMemory();
         return -1;
     }
     free_tree(t, t->root);
     t->root = NULL;
+    t->nhistory = 0;
     t->has_clean = 0;
     return 0;
 }
@@ -582,17 +565,79 @@ static PyObject *Tree_reset(Tree *t, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-/* set_root(stones, mask, ply, last_won) -> True when the kept (expanded) root is that state. */
+/* A Python core_state blob as the game's state bytes into `state` (-1 with ValueError). */
+static int load_blob(const GameDef *g, PyObject *blob, unsigned char *state) {
+    char *buf;
+    Py_ssize_t len;
+    const char *why = "";
+    if (PyBytes_AsStringAndSize(blob, &buf, &len) < 0) return -1;
+    if (len != g->blob_size) {
+        PyErr_Format(PyExc_ValueError, "%s: a state blob of %zd bytes, expected %d", g->name, len,
+                     g->blob_size);
+        return -1;
+    }
+    if (g->load((const unsigned char *)buf, state, &why) < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: %s", g->name, why);
+        return -1;
+    }
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The boards that stood before (history_item bytes each) as the tree's sorted hashes. */
+static int load_history(Tree *t, PyObject *history) {
+    const GameDef *g = t->rules;
+    char *buf;
+    Py_ssize_t len;
+    t->nhistory = 0;
+    if (!history) return 0;
+    if (PyBytes_AsStringAndSize(history, &buf, &len) < 0) return -1;
+    if (!g->item_hash) {
+        if (len) {
+            PyErr_Format(PyExc_ValueError, "%s keeps no history, got %zd bytes", g->name, len);
+            return -1;
+        }
+        return 0;
+    }
+    if (len % g->history_item) {
+        PyErr_Format(PyExc_ValueError, "%s: a history of %zd bytes is not whole boards of %d",
+                     g->name, len, g->history_item);
+        return -1;
+    }
+    Py_ssize_t n = len / g->history_item;
+    if (n > t->history_cap) {
+        uint64_t *grown = (uint64_t *)realloc(t->history, sizeof(uint64_t) * (size_t)n);
+        if (!grown) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        t->history = grown;
+        t->history_cap = n;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        t->history[i] = g->item_hash((const unsigned char *)buf + i * g->history_item);
+    qsort(t->history, (size_t)n, sizeof(uint64_t), cmp_u64);
+    t->nhistory = n;
+    return 0;
+}
+
+/* set_root(blob, history=b"") -> True when the kept (expanded) root is that state. blob: the
+ * game's core_state bytes; history: the boards that have stood in this game (Go). */
 static PyObject *Tree_set_root(Tree *t, PyObject *args) {
-    unsigned long long stones, mask;
-    int ply, last_won;
-    if (!PyArg_ParseTuple(args, "KKip", &stones, &mask, &ply, &last_won)) return NULL;
+    PyObject *blob, *history = NULL;
+    unsigned char state[GAME_MAX_STATE];
+    if (!PyArg_ParseTuple(args, "S|S", &blob, &history)) return NULL;
+    if (load_blob(t->rules, blob, state) < 0 || load_history(t, history) < 0) return NULL;
     Node *r = t->root;
-    if (r && r->stones == stones && r->mask == mask && r->ply == ply && r->last_won == last_won)
+    if (r && memcmp(r->state, state, (size_t)t->rules->state_size) == 0)
         return PyBool_FromLong(r->expanded);
     free_tree(t, r);
     t->has_clean = 0;
-    t->root = new_node(t, stones, mask, ply, last_won);
+    t->root = new_node(t, NULL, state, 0, 0.0);
     if (!t->root) return PyErr_NoMemory();
     Py_RETURN_FALSE;
 }
@@ -883,6 +928,7 @@ static PyObject *Tree_advance(Tree *t, PyObject *args) {
                 Node *c = r->e[j].child;
                 if (c && c->expanded) {
                     keep = c;
+                    keep->parent = NULL;
                     r->e[j].child = NULL;
                 }
                 break;
@@ -899,7 +945,7 @@ static PyObject *Tree_get_fed(Tree *t, void *unused) { return PyLong_FromLong(t-
 static PyMethodDef Tree_methods[] = {
     {"reset", (PyCFunction)Tree_reset, METH_NOARGS, "Drop the tree."},
     {"set_root", (PyCFunction)Tree_set_root, METH_VARARGS,
-     "set_root(stones, mask, ply, last_won) -> whether the kept expanded root is that state."},
+     "set_root(blob, history=b'') -> whether the kept expanded root is that state."},
     {"root_obs", (PyCFunction)Tree_root_obs, METH_O, "Encode the root into a uint8 buffer."},
     {"expand_root", (PyCFunction)Tree_expand_root, METH_VARARGS, "expand_root(logits, value)."},
     {"root_width", (PyCFunction)Tree_root_width, METH_NOARGS, "Children of the root."},
@@ -1512,9 +1558,96 @@ static PyObject *Cache_step(Cache *c, PyObject *const *args, Py_ssize_t nargs) {
     return step_trees(args[0], logits, args[2], args[3], c, version, kind);
 }
 
+/* --- the rules alone, for tests against the Python references and OpenSpiel --------------- */
+
+/* A throwaway tree that holds only a history, for game_legal's superko look-ups. */
+static int rules_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *usage,
+                      const GameDef **g, unsigned char *state) {
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s", usage);
+        return -1;
+    }
+    const char *name = PyUnicode_AsUTF8(args[0]);
+    if (!name || !(*g = game_named(name))) return -1;
+    if (!PyBytes_Check(args[1])) {
+        PyErr_Format(PyExc_TypeError, "%s: the state must be bytes", usage);
+        return -1;
+    }
+    return load_blob(*g, args[1], state);
+}
+
+static int rules_legal(const GameDef *g, const unsigned char *state, PyObject *history,
+                       uint16_t *acts) {
+    Tree t;
+    memset(&t, 0, sizeof t);
+    t.rules = g;
+    if (!PyBytes_Check(history)) {
+        PyErr_SetString(PyExc_TypeError, "the history must be bytes");
+        return -1;
+    }
+    if (load_history(&t, history) < 0) return -1;
+    SeenCtx ctx = {&t, NULL, state};
+    Repeats rep = {seen_before, &ctx};
+    int k = g->legal(state, g->board_hash ? &rep : NULL, acts);
+    free(t.history);
+    return k;
+}
+
+/* game_legal(name, blob, history) -> [actions]: the legal actions of a non-terminal state. */
+static PyObject *game_legal(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    const GameDef *g;
+    unsigned char state[GAME_MAX_STATE];
+    uint16_t acts[MAXA];
+    if (rules_args(args, nargs, 3, "game_legal(name, blob, history)", &g, state) < 0) return NULL;
+    int k = rules_legal(g, state, args[2], acts);
+    if (k < 0) return NULL;
+    PyObject *out = PyList_New(k);
+    if (!out) return NULL;
+    for (int j = 0; j < k; j++) PyList_SET_ITEM(out, j, PyLong_FromLong(acts[j]));
+    return out;
+}
+
+/* game_play(name, blob, history, action) -> (blob, terminal, value): the state after a legal
+ * action (ValueError for an illegal one), whether the game is over there, and then its value
+ * for the side to move there. */
+static PyObject *game_play(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    const GameDef *g;
+    unsigned char state[GAME_MAX_STATE], next[GAME_MAX_STATE];
+    uint16_t acts[MAXA];
+    if (rules_args(args, nargs, 4, "game_play(name, blob, history, action)", &g, state) < 0)
+        return NULL;
+    long a = PyLong_AsLong(args[3]);
+    if (a == -1 && PyErr_Occurred()) return NULL;
+    int k = rules_legal(g, state, args[2], acts), legal = 0;
+    if (k < 0) return NULL;
+    for (int j = 0; j < k; j++) legal |= acts[j] == a;
+    if (!legal) return PyErr_Format(PyExc_ValueError, "%s: action %ld is illegal", g->name, a);
+    double tv = 0.0;
+    int terminal = g->play(state, (int)a, next, &tv);
+    return Py_BuildValue("(y#Od)", (const char *)next, (Py_ssize_t)g->blob_size,
+                         terminal ? Py_True : Py_False, terminal ? tv : 0.0);
+}
+
+/* game_encode(name, blob) -> bytes: the uint8 planes of encode, C * H * W bytes. */
+static PyObject *game_encode(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    const GameDef *g;
+    unsigned char state[GAME_MAX_STATE];
+    if (rules_args(args, nargs, 2, "game_encode(name, blob)", &g, state) < 0) return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, g->obs_size);
+    if (!out) return NULL;
+    g->encode(state, (unsigned char *)PyBytes_AS_STRING(out));
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"step_many", (PyCFunction)(void (*)(void))step_many, METH_FASTCALL,
      "step_many(trees, logits, values, outs) -> (flags, errors): each tree's step at once."},
+    {"game_legal", (PyCFunction)(void (*)(void))game_legal, METH_FASTCALL,
+     "game_legal(name, blob, history) -> the legal actions of a non-terminal state."},
+    {"game_play", (PyCFunction)(void (*)(void))game_play, METH_FASTCALL,
+     "game_play(name, blob, history, action) -> (blob, terminal, value)."},
+    {"game_encode", (PyCFunction)(void (*)(void))game_encode, METH_FASTCALL,
+     "game_encode(name, blob) -> the encoded planes as bytes."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1526,11 +1659,26 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__mcts_core(void) {
     if (PyType_Ready(&TreeType) < 0 || PyType_Ready(&CacheType) < 0) return NULL;
+    games_init();
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+    int ngames = 0;
+    while (GAME_TABLE[ngames]) ngames++;
+    PyObject *names = PyTuple_New(ngames);
+    if (!names) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    for (int i = 0; i < ngames; i++)
+        PyTuple_SET_ITEM(names, i, PyUnicode_FromString(GAME_TABLE[i]->name));
+    if (PyModule_AddObject(m, "GAMES", names) < 0) {
+        Py_DECREF(names);
+        Py_DECREF(m);
+        return NULL;
+    }
     /* actors/compiled_mcts.py's _ABI: bumped with every change of this module's interface, so
      * that a stale build is told apart and not run. */
-    if (PyModule_AddIntConstant(m, "ABI", 3) < 0 ||
+    if (PyModule_AddIntConstant(m, "ABI", 4) < 0 ||
         PyModule_AddIntConstant(m, "CACHE_ENTRY_OVERHEAD", (long)CACHE_ENTRY_OVERHEAD) < 0) {
         Py_DECREF(m);
         return NULL;

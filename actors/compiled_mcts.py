@@ -9,9 +9,10 @@ Python searches, the oracles). Only the tree and its arithmetic move to C: the c
 awaits the injected ``evaluate`` once per leaf (``asyncio.gather`` for several PUCT leaves in
 flight) and draws the Dirichlet or Gumbel noise from the same generator in the same order.
 
-The compiled core knows Connect Four and tic-tac-toe bitboards; ``make_mcts`` and
-``make_gumbel`` return the Python search for any other game, for ``MCTSConfig.core =
-"python"``, or when the extension was not built (no C compiler at install time).
+The compiled core plays the games of its table (actors/_games.c: a game's ``core_name``; the
+tree holds the game's ``core_state`` bytes); ``make_mcts`` and ``make_gumbel`` return the Python
+search for any other game, for ``MCTSConfig.core = "python"``, or when the extension was not
+built (no C compiler at install time).
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from actors.games import ConnectFour, Game, State, TicTacToe
+from actors.games import Game, State
 from actors.gumbel import GumbelResult, GumbelSearch, considered_visits
 from actors.mcts import MCTS, Evaluate, MCTSConfig, SearchResult, dirichlet
 
 log = logging.getLogger("actors.compiled_mcts")
 
-_ABI = 3
+_ABI = 4
 """The interface of actors/_mcts_core.c this module drives (its ``ABI``); a build of an older
 source (the C file changed, ``pip install -e .`` not run again) is not used."""
 
@@ -58,8 +59,6 @@ core: Any = _mcts_core
 """The compiled core (``actors._mcts_core``: ``Tree``, ``Cache``, ``step_many``), or None when
 it was not built or is stale."""
 
-_SUPPORTED = {ConnectFour: "connect4", TicTacToe: "tictactoe"}
-
 step_many: Any = getattr(_mcts_core, "step_many", None)
 """``step_many(trees, logits [n, A], values [n], outs) -> (flags, errors)``: ``tree.step`` of
 many trees at once, each on its own row (``actors.searchpool``); None when not built."""
@@ -67,7 +66,14 @@ many trees at once, each on its own row (``actors.searchpool``); None when not b
 
 def compiled_available(game: Game) -> bool:
     """Whether the compiled core was built and knows ``game``'s rules."""
-    return _mcts_core is not None and type(game) in _SUPPORTED
+    return _mcts_core is not None and core_name(game) in _mcts_core.GAMES
+
+
+def core_name(game: Game) -> str | None:
+    """The compiled rules ``game`` names for itself: on its instance or its own class, never
+    inherited, since a subclass may change the rules the name stands for."""
+    name = vars(game).get("core_name", type(game).__dict__.get("core_name"))
+    return name if isinstance(name, str) else None
 
 
 def _use_compiled(game: Game, config: MCTSConfig) -> bool:
@@ -119,7 +125,7 @@ class _Compiled:
     def begin(self, state: State) -> bool:
         if self.game.is_terminal(state):
             raise ValueError(f"search from a terminal position:\n{self.game.render(state)}")
-        return not self._tree.set_root(*state)
+        return not self._tree.set_root(*self.game.core_state(state))
 
     def prepare(self, add_noise: bool, sims: int) -> None:
         raise NotImplementedError
@@ -192,7 +198,7 @@ class CompiledMCTS(_Compiled, MCTS):
             raise ValueError(f"the compiled MCTS does not support {game.name}")
         width = config.leaves_in_flight
         self._tree = _mcts_core.Tree(  # type: ignore[union-attr]
-            _SUPPORTED[type(game)],
+            core_name(game),
             config.c_puct,
             config.fpu_reduction,
             config.root_fpu_reduction,
@@ -251,7 +257,7 @@ class CompiledGumbel(_Compiled, GumbelSearch):
         if not compiled_available(game):
             raise ValueError(f"the compiled Gumbel search does not support {game.name}")
         self._tree = _mcts_core.Tree(  # type: ignore[union-attr]
-            _SUPPORTED[type(game)],
+            core_name(game),
             0.0,
             0.0,
             0.0,

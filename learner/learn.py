@@ -86,7 +86,7 @@ class Learner:
             cfg.net.obs_shape,
             cfg.net.num_actions,
             self._on_trajectory,
-            game=cfg.game,
+            game=game.name,  # the name actors write in trajectories
             dedup=dedup,
             auth=cfg.auth,
         )

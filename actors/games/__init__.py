@@ -1,19 +1,83 @@
-"""Board games behind one interface (see ``base.Game``)."""
+"""Board games behind one interface (see ``base.Game``), found by name in one table.
+
+``make_game(spec)`` takes:
+
+- a built-in name: ``tictactoe``, ``connect4``, ``othello``, ``go9``;
+- ``openspiel:NAME[(params)]``: any two-player, perfect-information OpenSpiel game through the
+  pure-Python search (``actors.games.openspiel``; needs the ``open_spiel`` package);
+- ``module.path:Class`` or ``path/to/file.py:Class``: a game of your own, one file holding a
+  ``Game`` subclass (docs/games.md). A relative path is read from the working directory.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
 
 from actors.games.base import Game, State
 from actors.games.connect4 import ConnectFour
 from actors.games.tictactoe import TicTacToe
 
-__all__ = ["ConnectFour", "Game", "State", "TicTacToe", "make_game"]
+__all__ = ["BUILTIN_GAMES", "ConnectFour", "Game", "State", "TicTacToe", "make_game"]
 
-_GAMES: dict[str, type[Game]] = {cls.name: cls for cls in (TicTacToe, ConnectFour)}
+BUILTIN_GAMES: dict[str, str] = {
+    "tictactoe": "actors.games.tictactoe:TicTacToe",
+    "connect4": "actors.games.connect4:ConnectFour",
+    "othello": "actors.games.othello:Othello",
+    "go9": "actors.games.go:Go",
+}
+"""Built-in game names -> ``module:Class`` (imported when first asked for)."""
+
+OPENSPIEL_PREFIX = "openspiel:"
 
 
-def make_game(name: str) -> Game:
-    """The game registered as ``name``; ValueError listing the known names otherwise."""
-    try:
-        return _GAMES[name]()
-    except KeyError:
-        raise ValueError(
-            f"unknown game {name!r}; known games: {', '.join(sorted(_GAMES))}"
-        ) from None
+def make_game(spec: str) -> Game:
+    """The game ``spec`` names (see the module docstring); ValueError saying what is known
+    otherwise."""
+    if spec in BUILTIN_GAMES:
+        return _load_class(BUILTIN_GAMES[spec], spec)()
+    if spec.startswith(OPENSPIEL_PREFIX):
+        from actors.games.openspiel import OpenSpielGame
+
+        return OpenSpielGame(spec.removeprefix(OPENSPIEL_PREFIX))
+    if ":" in spec:
+        return _load_class(spec, spec)()
+    raise ValueError(
+        f"unknown game {spec!r}; known games: {', '.join(sorted(BUILTIN_GAMES))}, "
+        f"'{OPENSPIEL_PREFIX}NAME', or 'module:Class' / 'file.py:Class' for your own"
+    )
+
+
+def _load_class(target: str, spec: str) -> type[Game]:
+    """The ``Game`` subclass ``module:Class`` or ``file.py:Class`` names."""
+    where, _, cls_name = target.rpartition(":")
+    if not where or not cls_name:
+        raise ValueError(f"game {spec!r}: expected 'module:Class' or 'file.py:Class'")
+    if where.endswith(".py"):
+        path = Path(where).expanduser().resolve()
+        if not path.is_file():
+            raise ValueError(f"game {spec!r}: no such file {path}")
+        module_name = f"azserve_game_{path.stem}_{abs(hash(str(path))):x}"
+        module = sys.modules.get(module_name)
+        if module is None:
+            loader = importlib.util.spec_from_file_location(module_name, path)
+            if loader is None or loader.loader is None:
+                raise ValueError(f"game {spec!r}: cannot load {path}")
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[module_name] = module  # before it runs, as importlib's recipe does
+            try:
+                loader.loader.exec_module(module)
+            except Exception as e:
+                del sys.modules[module_name]
+                raise ValueError(f"game {spec!r}: {path} failed: {type(e).__name__}: {e}") from e
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as e:
+            raise ValueError(f"game {spec!r}: cannot import {where}: {e}") from None
+    cls = getattr(module, cls_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Game)):
+        raise ValueError(f"game {spec!r}: {where} has no Game subclass named {cls_name}")
+    return cls

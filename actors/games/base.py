@@ -1,8 +1,15 @@
 """The game contract every actor, learner and test codes against.
 
 Games are two-player, zero-sum, with strictly alternating turns: MCTS relies on the last
-point to flip the sign of a value at every ply. States are immutable, hashable tuples
-(each game uses its own NamedTuple); ``apply`` returns a new state.
+point to flip the sign of a value at every ply (a game whose side may have no move, such as
+Othello or Go, has a pass action, so turns still alternate). States are immutable, hashable
+tuples (each game uses its own NamedTuple); ``apply`` returns a new state.
+
+One game is one file: a ``Game`` subclass. The search, actors, learner, evaluation, ``play``,
+``analyze`` and the server's shapes take everything from it (docs/games.md walks through
+adding one). A built-in game may also name its entry in the compiled core's table of games
+(``core_name``, ``core_state``: actors/_games.c), so the compiled search plays it; every
+other game runs the pure-Python search.
 """
 
 from __future__ import annotations
@@ -29,6 +36,17 @@ class Game(abc.ABC):
     """A: size of the action space (policy vectors are ``float32 [A]``)."""
     obs_shape: tuple[int, int, int]
     """(C, H, W) of ``encode``'s uint8 planes."""
+    pass_action: int | None = None
+    """The pass action where the game has one (Go, Othello), else None."""
+    core_name: str | None = None
+    """The game's name in the compiled core's table (actors/_games.c), or None when only the
+    pure-Python search plays it."""
+
+    def core_state(self, s: State) -> tuple[bytes, bytes]:
+        """(blob, history): ``s`` in the compiled core's layout (each built-in game's module
+        documents its bytes) and the boards that stood before it (b"" where legality never
+        depends on them). Only games with a ``core_name`` implement it."""
+        raise NotImplementedError(f"{self.name} has no compiled rules")
 
     @abc.abstractmethod
     def initial_state(self) -> State:

@@ -8,6 +8,7 @@ Dropping a stone is ``mask + bottom[col]``; a win is a run of four along shift 1
 
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple
 
 import numpy as np
@@ -36,6 +37,9 @@ _ENCODE_INDEX = np.array(
     ],
     dtype=np.intp,
 )
+
+# The compiled core's blob (actors/_games.c): stones, mask, ply, last_won, little-endian.
+_CORE = struct.Struct("<QQii")
 
 
 class C4State(NamedTuple):
@@ -70,6 +74,7 @@ class ConnectFour(Game):
     """Connect Four. Actions are columns 0..6, left to right; obs row 0 is the top row."""
 
     name = "connect4"
+    core_name = "connect4"
     num_actions = WIDTH
     obs_shape = (2, HEIGHT, WIDTH)
 
@@ -90,6 +95,9 @@ class ConnectFour(Game):
         new_mask = mask | (mask + _BOTTOM[a])
         mine = stones | (new_mask ^ mask)
         return C4State(mine ^ new_mask, new_mask, ply + 1, _four(mine))
+
+    def core_state(self, s: C4State) -> tuple[bytes, bytes]:
+        return _CORE.pack(*s), b""
 
     def is_terminal(self, s: C4State) -> bool:
         return s.last_won or s.ply == WIDTH * HEIGHT

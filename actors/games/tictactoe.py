@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple
 
 import numpy as np
@@ -28,6 +29,9 @@ _PLANES = np.array(
     dtype=np.uint8,
 )
 
+# The compiled core's blob (actors/_games.c): stones, mask, ply, last_won, little-endian.
+_CORE = struct.Struct("<QQii")
+
 
 class TTTState(NamedTuple):
     """A tic-tac-toe position."""
@@ -46,6 +50,7 @@ class TicTacToe(Game):
     """Tic-tac-toe. Actions are cells 0..8, row-major from the top left."""
 
     name = "tictactoe"
+    core_name = "tictactoe"
     num_actions = 9
     obs_shape = (2, 3, 3)
 
@@ -67,6 +72,9 @@ class TicTacToe(Game):
         mine = stones | bit
         won = any(mine & line == line for line in _LINES_THROUGH[a])
         return TTTState(stones ^ mask, mask | bit, ply + 1, won)
+
+    def core_state(self, s: TTTState) -> tuple[bytes, bytes]:
+        return _CORE.pack(*s), b""
 
     def is_terminal(self, s: TTTState) -> bool:
         return s.last_won or s.ply == 9

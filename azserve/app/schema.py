@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.config import ActorsConfig
+from actors.games import Game, make_game
 from actors.mcts import MCTSConfig
 from azserve.app.config import apply_overrides, dump_toml, from_dict, read_toml, to_dict
 from azserve.auth import AuthConfig
@@ -34,7 +35,9 @@ from learner.config import (
     TrainerConfig,
 )
 
-GAMES = ("tictactoe", "connect4")
+NET_FROM_GAME = ("in_channels", "height", "width", "num_actions")
+"""The ``net`` keys a game fixes (its observation planes and actions); a config that leaves
+them out gets the game's."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,9 @@ class Config:
     """Everything one run needs."""
 
     game: str = "connect4"
-    """The game: ``tictactoe`` or ``connect4``."""
+    """The game: a built-in name (``tictactoe``, ``connect4``, ``othello``, ``go9``),
+    ``openspiel:NAME``, or ``module:Class`` / ``file.py:Class`` for a game of your own
+    (docs/games.md)."""
     net: NetConfig = field(default_factory=NetConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
@@ -106,8 +111,14 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
-        if self.game not in GAMES:
-            raise ConfigError(f"game: unknown game {self.game!r} (known: {', '.join(GAMES)})")
+        game = game_of(self.game)
+        fits = (*game.obs_shape, game.num_actions)
+        have = (*self.net.obs_shape, self.net.num_actions)
+        if fits != have:
+            raise ConfigError(
+                f"net: {'/'.join(NET_FROM_GAME)} = {'/'.join(map(str, have))} do not fit "
+                f"{self.game} ({'/'.join(map(str, fits))}); leave them out to take the game's"
+            )
         if self.client.model != self.server.model:
             raise ConfigError(
                 f"client.model={self.client.model!r} differs from server.model={self.server.model!r}"
@@ -174,7 +185,21 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] = ()) 
     """Read, override and check a config. Bad keys or values raise ``ConfigError``."""
     data = read_toml(path) if path else {}
     data = apply_overrides(data, list(overrides))
+    game = data.get("game", Config.game)
+    if isinstance(game, str) and isinstance(data.get("net", {}), dict):
+        net = data.setdefault("net", {})
+        g = game_of(game)
+        for key, value in zip(NET_FROM_GAME, (*g.obs_shape, g.num_actions)):
+            net.setdefault(key, value)
     return from_dict(Config, data, "")
+
+
+def game_of(name: str) -> Game:
+    """The game a config names; ConfigError naming the key otherwise."""
+    try:
+        return make_game(name)
+    except ValueError as e:
+        raise ConfigError(f"game: {e}") from None
 
 
 def replace(cfg: Config, **sections: Any) -> Config:
