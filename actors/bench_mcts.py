@@ -1,6 +1,7 @@
-"""Simulations per second per core on Connect Four: our MCTS against OpenSpiel's.
+"""Simulations per second per core: our MCTS against OpenSpiel's, on Connect Four, Othello or Go.
 
-    python -m actors.bench_mcts [--seconds 40] [--simulations 800] [--json OUT]
+    python -m actors.bench_mcts [--game connect4|othello|go9] [--seconds 40] [--simulations 800]
+        [--json OUT]
 
 Contenders, each playing whole self-play games move by move:
 
@@ -34,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.games import ConnectFour
+from actors.games import make_game
 from actors.mcts import MCTSConfig
 from actors.selfplay import make_search, target_and_action
 
@@ -47,9 +48,15 @@ class _Ours:
     """Self-play with our MCTS and a zero-cost evaluator, one move per ``step``."""
 
     def __init__(
-        self, simulations: int, in_flight: int, seed: int, core: str = "auto", algorithm="puct"
+        self,
+        game: str,
+        simulations: int,
+        in_flight: int,
+        seed: int,
+        core: str = "auto",
+        algorithm: str = "puct",
     ) -> None:
-        self.game = ConnectFour()
+        self.game = make_game(game)
         self.config = MCTSConfig(
             num_simulations=simulations,
             leaves_in_flight=in_flight,
@@ -98,7 +105,13 @@ class _OpenSpiel:
         return self.simulations
 
 
-def _openspiel_contenders(simulations: int, seed: int) -> dict[str, _OpenSpiel | str]:
+OPENSPIEL_NAMES = {"connect4": "connect_four", "othello": "othello", "go9": "go(board_size=9)"}
+"""Our built-in games -> the same game in OpenSpiel."""
+
+
+def _openspiel_contenders(
+    game_name: str, simulations: int, seed: int
+) -> dict[str, _OpenSpiel | str]:
     """OpenSpiel's two bots, or the reason each is skipped."""
     try:
         import pyspiel
@@ -106,7 +119,7 @@ def _openspiel_contenders(simulations: int, seed: int) -> dict[str, _OpenSpiel |
     except ImportError as e:
         reason = f"open_spiel is not importable: {e}"
         return {"openspiel_python": reason, "openspiel_cpp": reason}
-    game = pyspiel.load_game("connect_four")
+    game = pyspiel.load_game(OPENSPIEL_NAMES[game_name])
     rng = np.random.RandomState(seed)
     # uct_c = 2 and solve=False: OpenSpiel's own defaults for examples, no solver shortcut.
     py_bot = py_mcts.MCTSBot(
@@ -126,13 +139,15 @@ def _openspiel_contenders(simulations: int, seed: int) -> dict[str, _OpenSpiel |
     }
 
 
-async def run(seconds: float, simulations: int, in_flight: int, seed: int) -> dict[str, object]:
+async def run(
+    seconds: float, simulations: int, in_flight: int, seed: int, game: str = "connect4"
+) -> dict[str, object]:
     """Run the contenders in turn for about ``seconds`` of CPU time in all; return the report."""
-    ours = _Ours(simulations, 1, seed)
-    ours_in_flight = _Ours(simulations, in_flight, seed)
-    ours_python = _Ours(simulations, 1, seed, core="python")
-    gumbel = _Ours(simulations, 1, seed, algorithm="gumbel")
-    gumbel_python = _Ours(simulations, 1, seed, core="python", algorithm="gumbel")
+    ours = _Ours(game, simulations, 1, seed)
+    ours_in_flight = _Ours(game, simulations, in_flight, seed)
+    ours_python = _Ours(game, simulations, 1, seed, core="python")
+    gumbel = _Ours(game, simulations, 1, seed, algorithm="gumbel")
+    gumbel_python = _Ours(game, simulations, 1, seed, core="python", algorithm="gumbel")
     ours_all = {
         "azserve": ours,
         "azserve_in_flight": ours_in_flight,
@@ -142,14 +157,14 @@ async def run(seconds: float, simulations: int, in_flight: int, seed: int) -> di
     }
     steps: dict[str, Step] = {name: o.step for name, o in ours_all.items()}
     report: dict[str, Any] = {
-        "game": "connect4",
+        "game": game,
         "core": type(ours.mcts).__name__,
         "gumbel_core": type(gumbel.mcts).__name__,
         "simulations_per_move": simulations,
         "in_flight": in_flight,
         "python": sys.version.split()[0],
     }
-    for name, contender in _openspiel_contenders(simulations, seed).items():
+    for name, contender in _openspiel_contenders(game, simulations, seed).items():
         if isinstance(contender, str):
             report[name] = {"skipped": contender}
         else:
@@ -186,13 +201,14 @@ async def run(seconds: float, simulations: int, in_flight: int, seed: int) -> di
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--game", choices=sorted(OPENSPIEL_NAMES), default="connect4")
     parser.add_argument("--seconds", type=float, default=40.0, help="CPU seconds in all")
     parser.add_argument("--simulations", type=int, default=800, help="simulations per move")
     parser.add_argument("--in-flight", type=int, default=8, help="leaves per round")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the report to this file")
     args = parser.parse_args(argv)
-    report = asyncio.run(run(args.seconds, args.simulations, args.in_flight, args.seed))
+    report = asyncio.run(run(args.seconds, args.simulations, args.in_flight, args.seed, args.game))
     text = json.dumps(report, indent=2)
     print(text)
     if args.json is not None:

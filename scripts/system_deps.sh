@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# System packages the cluster tests use: Debian's Slurm (controller, node daemon, srun) and
-# munge. Installed only where it can be (root with apt-get) and only when missing; elsewhere the
-# Slurm test skips and says why. `make test` runs this first.
+# System packages some tests use: Debian's Slurm (controller, node daemon, srun) and munge for
+# the cluster tests, GnuGo for the Go match test. Installed only where it can be (root with
+# apt-get) and only when missing; elsewhere those tests skip and say why. `make test` runs
+# this first.
 set -euo pipefail
-if command -v srun >/dev/null && command -v slurmctld >/dev/null && command -v munged >/dev/null; then
+missing=()
+command -v srun >/dev/null && command -v slurmctld >/dev/null || missing+=(slurm-wlm)
+command -v munged >/dev/null || missing+=(munge)
+{ command -v gnugo || test -x /usr/games/gnugo; } >/dev/null || missing+=(gnugo)  # Debian: /usr/games
+if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-  echo "system_deps: not root or no apt-get: Slurm not installed, its test will skip" >&2
+  echo "system_deps: not root or no apt-get: ${missing[*]} not installed, their tests will skip" >&2
   exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

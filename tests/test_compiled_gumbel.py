@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from actors.compiled_mcts import CompiledGumbel, compiled_available, make_gumbel
-from actors.games import ConnectFour, Game, TicTacToe
+from actors.games import ConnectFour, Game, TicTacToe, make_game
 from actors.gumbel import GumbelSearch
 from actors.mcts import MCTSConfig
 from actors.selfplay import SelfPlayStats, make_search, play_game
@@ -56,6 +56,15 @@ async def test_whole_games_match_the_python_search(game: Game, name: str) -> Non
     for seed in range(3):
         moves += await _play_lockstep(game, CONFIGS[name], seed, hashed())
     assert moves >= 3 * 5
+
+
+@pytest.mark.parametrize("name", ["default", "many_sims", "hot_opening"])
+@pytest.mark.parametrize("game_name", ["othello", "go9"])
+async def test_whole_games_of_othello_and_go_match_the_python_search(
+    game_name: str, name: str
+) -> None:
+    game = make_game(game_name)
+    assert await _play_lockstep(game, CONFIGS[name], 1, hashed()) >= 20
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from actors.compiled_mcts import CompiledMCTS, compiled_available, make_mcts
-from actors.games import ConnectFour, Game, TicTacToe
+from actors.games import ConnectFour, Game, TicTacToe, make_game
 from actors.mcts import MCTS, MCTSConfig, SearchResult, dirichlet
 from actors.selfplay import SelfPlayStats, play_game, target_and_action
 
@@ -36,7 +36,11 @@ def hashed(dtype: Any = np.float32, value_type: Any = np.float32, spread: float 
 
 
 def _actions(obs: np.ndarray) -> int:
-    return 7 if obs.shape[-1] == 7 else 9
+    return ACTIONS[obs.shape]
+
+
+ACTIONS = {(2, 6, 7): 7, (2, 3, 3): 9, (2, 8, 8): 65, (4, 9, 9): 82}
+"""The policy width of each game's planes (Connect Four, tic-tac-toe, Othello, Go 9x9)."""
 
 
 CONFIGS = {
@@ -102,6 +106,17 @@ async def test_whole_games_match_the_python_search(game: Game, name: str) -> Non
     for seed in range(3):
         moves += await _play_lockstep(game, CONFIGS[name], seed, hashed())
     assert moves >= 3 * 5
+
+
+@pytest.mark.parametrize("name", ["default", "in_flight_vl3", "no_reuse"])
+@pytest.mark.parametrize("game_name", ["othello", "go9"])
+async def test_whole_games_of_othello_and_go_match_the_python_search(
+    game_name: str, name: str
+) -> None:
+    """Long games with passes (and Go's superko along the tree's paths and the game's
+    history): one whole game each."""
+    game = make_game(game_name)
+    assert await _play_lockstep(game, CONFIGS[name], 1, hashed()) >= 20
 
 
 @pytest.mark.parametrize(
