@@ -13,6 +13,9 @@ Contenders, each playing whole self-play games move by move:
 - ``azserve_python``: the pure-Python search (``actors.mcts``, the compiled one's oracle);
 - ``azserve_gumbel`` and ``azserve_gumbel_python``: the Gumbel search (``mcts.algorithm =
   "gumbel"``, Connect Four's default), compiled and pure Python, same simulations per move;
+- ``azserve_openspiel_adapter``: the pure-Python search on the same game's OpenSpiel rules
+  through ``game = "openspiel:NAME"`` (actors.games.openspiel), what a game without rules of
+  its own here runs;
 - ``openspiel_python``: ``open_spiel.python.algorithms.mcts.MCTSBot``, one random rollout
   per leaf;
 - ``openspiel_cpp``: ``pyspiel.MCTSBot`` with ``pyspiel.RandomRolloutEvaluator(1)``.
@@ -148,12 +151,15 @@ async def run(
     ours_python = _Ours(game, simulations, 1, seed, core="python")
     gumbel = _Ours(game, simulations, 1, seed, algorithm="gumbel")
     gumbel_python = _Ours(game, simulations, 1, seed, core="python", algorithm="gumbel")
+    # The same game's OpenSpiel rules through actors.games.openspiel and the Python search.
+    adapter = _Ours(f"openspiel:{OPENSPIEL_NAMES[game]}", simulations, 1, seed, core="python")
     ours_all = {
         "azserve": ours,
         "azserve_in_flight": ours_in_flight,
         "azserve_python": ours_python,
         "azserve_gumbel": gumbel,
         "azserve_gumbel_python": gumbel_python,
+        "azserve_openspiel_adapter": adapter,
     }
     steps: dict[str, Step] = {name: o.step for name, o in ours_all.items()}
     report: dict[str, Any] = {
@@ -191,6 +197,11 @@ async def run(
     for name in ("azserve_python", "openspiel_python", "openspiel_cpp"):
         if "simulations_per_s" in report[name]:
             report[f"azserve_over_{name}"] = round(rate / report[name]["simulations_per_s"], 2)
+    report["azserve_python_over_openspiel_adapter"] = round(
+        report["azserve_python"]["simulations_per_s"]
+        / report["azserve_openspiel_adapter"]["simulations_per_s"],
+        2,
+    )
     report["azserve_gumbel_over_python"] = round(
         report["azserve_gumbel"]["simulations_per_s"]
         / report["azserve_gumbel_python"]["simulations_per_s"],
