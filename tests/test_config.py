@@ -33,6 +33,10 @@ def test_every_config_loads(path: Path) -> None:
     assert cfg.net.obs_shape == game.obs_shape
     assert cfg.net.num_actions == game.num_actions
     assert cfg.client.max_rows <= cfg.server.max_batch_size
+    # azserve serve --config reads the same file the same way (the net's shape from the game).
+    from azserve.app.serve import serve_config
+
+    assert serve_config(str(path), [], None) == cfg
 
 
 def test_overrides_of_each_type() -> None:

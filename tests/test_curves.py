@@ -195,3 +195,41 @@ def test_compare_no_score_draws_finished_runs_as_they_are(tmp_path: Path) -> Non
     assert sorted(figures) == ["a", "b"]
     assert all(f["learner_steps"] == 20 and "mcts_step" not in f for f in figures.values())
     assert (out / "curves.png").is_file()
+
+
+def test_compare_trains_unfinished_candidates_afresh_and_stops_on_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted (summary says so) or never trained (no summary): trained again, a run with
+    checkpoints set aside first, one without removed; a child's config error stops the
+    comparison before anything is scored or drawn."""
+    import azserve.app.train as train
+
+    cfg = load_config(TTT, ["eval.sims=0", "eval.match_games=0"])
+    interrupted = tmp_path / "a"
+    fake_run(interrupted, cfg, 1)
+    (interrupted / "summary.json").write_text(json.dumps({"stop_reason": "interrupted (Ctrl-C)"}))
+    never = tmp_path / "b"
+    (never / "logs").mkdir(parents=True)
+    (never / "config.toml").write_text("")
+    trained: list[str] = []
+
+    def run_training(cfg, run_dir: Path, progress: bool = False) -> int:  # type: ignore[no-untyped-def]
+        assert not run_dir.exists()  # a fresh directory for a fresh start
+        trained.append(run_dir.name)
+        fake_run(run_dir, cfg, 1)
+        return 0
+
+    monkeypatch.setattr(train, "run_training", run_training)
+    candidates = [Candidate("a", cfg), Candidate("b", cfg)]
+    run_comparison(candidates, tmp_path, minutes=0.5, score=False)
+    assert trained == ["a", "b"]
+    assert (tmp_path / "a.unfinished-1" / "checkpoints").is_dir()  # kept, beside
+    assert not (tmp_path / "b.unfinished-1").exists()  # nothing trained there: removed
+    run_comparison(candidates, tmp_path, minutes=0.5, score=False)
+    assert trained == ["a", "b"]  # both finished now: not trained again
+
+    monkeypatch.setattr(train, "run_training", lambda *a, **k: train.CONFIG_ERROR_EXIT)
+    with pytest.raises(ConfigError, match="c: a process of its run refused the config"):
+        run_comparison([Candidate("c", cfg)], tmp_path / "bad", minutes=0.5)
+    assert not (tmp_path / "bad" / "compare.json").exists()

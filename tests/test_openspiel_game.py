@@ -17,7 +17,9 @@ from actors.mcts import MCTS, MCTSConfig  # noqa: E402
 from learner.checkpoint import latest_checkpoint  # noqa: E402
 
 
-@pytest.mark.parametrize("name", ["tic_tac_toe", "breakthrough(rows=5,columns=5)", "hex(board_size=4)"])
+@pytest.mark.parametrize(
+    "name", ["tic_tac_toe", "breakthrough(rows=5,columns=5)", "hex(board_size=4)"]
+)
 def test_random_games_follow_openspiel(name: str) -> None:
     game = make_game(f"openspiel:{name}")
     ref = pyspiel.load_game(name)

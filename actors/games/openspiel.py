@@ -29,7 +29,6 @@ import numpy as np
 
 from actors.games.base import Game
 
-
 PROBE_GAMES = 4
 PROBE_PLIES = 400
 """The random games played when a game is loaded, and their length cap."""
@@ -86,7 +85,10 @@ class OpenSpielGame(Game):
             problems.append("hides information")
         if t.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
             problems.append("is simultaneous-move")
-        if t.utility not in (pyspiel.GameType.Utility.ZERO_SUM, pyspiel.GameType.Utility.CONSTANT_SUM):
+        if t.utility not in (
+            pyspiel.GameType.Utility.ZERO_SUM,
+            pyspiel.GameType.Utility.CONSTANT_SUM,
+        ):
             problems.append(f"is {t.utility.name.lower().replace('_', '-')}, not zero-sum")
         if not t.provides_observation_tensor:
             problems.append("has no observation tensor")

@@ -19,9 +19,9 @@ import torch
 from actors.compiled_mcts import make_mcts
 from actors.games import Game, State, make_game
 from actors.mcts import MCTSConfig
-from azserve.app.config import apply_overrides, from_dict, read_toml
+from azserve.app.config import apply_overrides, from_dict
 from azserve.app.presets import resolve_config
-from azserve.app.schema import Config
+from azserve.app.schema import Config, load_config
 from azserve.batching import TickCoalescer
 from azserve.errors import ConfigError, WeightsError
 from azserve.model.network import build_net
@@ -152,13 +152,13 @@ def agent_from_checkpoint(
         data = load_checkpoint(path).meta.config
     except WeightsError:
         data = None  # plain safetensors weights: no config inside
-    if config_path:
-        data = read_toml(config_path)
-    if data is None:
-        if game is None:
+    if config_path or data is None:
+        if not config_path and game is None:
             raise ConfigError(f"{path} carries no config: pass --config or --game")
-        data = read_toml(resolve_config(game))
-    cfg = from_dict(Config, apply_overrides(data, list(overrides)), "")
+        # A config file leaves the net's shape to its game: load_config fills it in.
+        cfg = load_config(config_path or resolve_config(str(game)), list(overrides))
+    else:
+        cfg = from_dict(Config, apply_overrides(data, list(overrides)), "")
     if game is not None and game != cfg.game:
         raise ConfigError(f"--game {game}: the checkpoint plays {cfg.game}")
     state = load_weights_file(path)

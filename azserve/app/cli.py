@@ -1,10 +1,13 @@
-"""The azserve command: one subcommand per use, each taking --config and --set."""
+"""The azserve command: one subcommand per use; those that read a run config take --config and
+--set. Every bad invocation ends in one line on stderr and a non-zero exit."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,9 +21,11 @@ log = logging.getLogger("azserve")
 
 DESCRIPTION = """\
 AlphaZero-style self-play at high throughput: coroutine actors, a dynamic-batching inference
-server and a learner that hot-swaps weights. Every subcommand takes --config (a TOML file, or
-the name of a shipped config: tictactoe, connect4) and any number of --set SECTION.KEY=VALUE.
-Extra overrides may also come from the environment: AZSERVE_SET="train.steps=20 eval.sims=8"
+server and a learner that hot-swaps weights. The subcommands that read a run config take
+--config (a TOML file, or the name of a shipped config: tictactoe, connect4, go9, ...) and any
+number of --set SECTION.KEY=VALUE; a checkpoint carries its config, so --checkpoint alone is
+enough for serve, analyze, play, eval, gtp and match; status and keys take no config. Extra
+overrides may also come from the environment: AZSERVE_SET="train.steps=20 eval.sims=8"
 (space-separated, applied after the command line's)."""
 
 EXAMPLES = {
@@ -31,12 +36,24 @@ EXAMPLES = {
     "actors": "azserve actors --config connect4 --set client.server=tcp://10.0.0.2:5555",
     "learn": "azserve learn --config connect4 --run-dir runs/c4 --resume",
     "train": "azserve train --config tictactoe --run-dir runs/ttt --minutes 8",
+    "compare": "azserve compare --config connect4 --config connect4-puct --minutes 45 "
+    "--run-dir runs/ab",
     "analyze": 'echo \'{"id": 1, "moves": [0, 4]}\' | azserve analyze --checkpoint runs/ttt',
     "play": "azserve play --checkpoint runs/ttt --first agent",
+    "eval": "azserve eval --checkpoint runs/c4 --sims 16 --json runs/c4/scores.json",
+    "gtp": "azserve gtp --checkpoint runs/go9 --sims 64",
+    "match": 'azserve match --config go9 --checkpoint runs/go9 --opponent "gnugo --mode gtp '
+    '--level 1" --games 40',
     "bench": "azserve bench serve --config connect4 --duration 10 --peers ''",
-    "launch": "azserve launch --config connect4 --hosts hosts.toml --dry-run",
+    "bench serve": "azserve bench serve --config connect4 --duration 10 --peers ''",
+    "bench selfplay": "azserve bench selfplay --config connect4 --duration 30 --sweep sims=8,16",
+    "bench swap": "azserve bench swap --config connect4 --duration 10 --swaps 10",
+    "bench soak": "azserve bench soak --config tictactoe --minutes 5 --games 500",
+    "launch": "azserve launch --config connect4 --cluster configs/cluster/ssh.toml "
+    "--run-dir runs/c4 --dry-run",
 }
-"""One example per subcommand, shown at the end of its --help."""
+"""One example per subcommand (``bench serve``: a subcommand of ``bench``), shown at the end of
+its --help; tests/test_first_hour_cli.py parses every one."""
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -65,7 +82,23 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {did_you_mean(message)} (see {self.prog} --help)\n")
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+
+
+def did_you_mean(message: str) -> str:
+    """argparse's "invalid choice" message with the closest choice suggested, if one is close:
+    ``invalid choice: 'trian'; did you mean 'train'? (choose from ...)``."""
+    m = _INVALID_CHOICE.search(message)
+    if m is None:
+        return message
+    choices = [c.strip().strip("'") for c in m.group(2).split(",")]
+    close = difflib.get_close_matches(m.group(1), choices, n=1)
+    if not close:
+        return message
+    return message.replace(f"'{m.group(1)}' (", f"'{m.group(1)}'; did you mean '{close[0]}'? (", 1)
 
 
 def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
@@ -83,29 +116,35 @@ def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def float_in(lo: float, hi: float | None = None) -> Callable[[str], float]:
-    """An argparse type: a finite number in [lo, hi] (hi None: no upper bound)."""
+def float_in(lo: float, hi: float | None = None, above: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in [lo, hi] (hi None: no upper bound; ``above``: lo
+    itself excluded, as for a duration that must be positive)."""
 
     def parse(text: str) -> float:
         try:
             x = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not (x >= lo and (hi is None or x <= hi)) or x == float("inf"):
-            raise argparse.ArgumentTypeError(f"{text} is out of range: allowed {_range(lo, hi)}")
+        low_ok = x > lo if above else x >= lo
+        if not (low_ok and (hi is None or x <= hi)) or x == float("inf"):
+            allowed = _range(lo, hi, above)
+            raise argparse.ArgumentTypeError(f"{text} is out of range: allowed {allowed}")
         return x
 
     return parse
 
 
-def _range(lo: float, hi: float | None) -> str:
+def _range(lo: float, hi: float | None, above: bool = False) -> str:
     def num(x: float) -> str:
         return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
-    return f"{num(lo)} to {num(hi)}" if hi is not None else f">= {num(lo)}"
+    if hi is not None:
+        return f"> {num(lo)} and <= {num(hi)}" if above else f"{num(lo)} to {num(hi)}"
+    return f"> {num(lo)}" if above else f">= {num(lo)}"
 
 
-def _log_level(text: str) -> str:
+def log_level(text: str) -> str:
+    """An argparse type: a logging level's name, any case."""
     level = text.upper()
     if level not in LOG_LEVELS:
         raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(LOG_LEVELS)}")
@@ -116,7 +155,7 @@ def _common(p: argparse.ArgumentParser, config_required: bool = True) -> None:
     p.add_argument(
         "--config",
         required=config_required,
-        help="TOML config: a path, or a shipped config's name (tictactoe, connect4)",
+        help="TOML config: a path, or a shipped config's name (tictactoe, connect4, go9, ...)",
     )
     p.add_argument(
         "--set",
@@ -127,7 +166,7 @@ def _common(p: argparse.ArgumentParser, config_required: bool = True) -> None:
         help="override one config value (repeatable)",
     )
     p.add_argument(
-        "--log-level", type=_log_level, default="INFO", help=f"one of {', '.join(LOG_LEVELS)}"
+        "--log-level", type=log_level, default="INFO", help=f"one of {', '.join(LOG_LEVELS)}"
     )
 
 
@@ -195,7 +234,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.register(sub, _common)
     for name, example in EXAMPLES.items():
-        sub.choices[name].epilog = f"example:\n  {example}"
+        subparser = subcommand(parser, name)
+        if subparser is not None:
+            subparser.epilog = f"example:\n  {example}"
+    return parser
+
+
+def subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    """The parser of subcommand ``name`` (``"bench serve"``: a subcommand's subcommand), or
+    None when there is none of that name."""
+    for word in name.split():
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or word not in subs[0].choices:
+            return None
+        parser = subs[0].choices[word]
     return parser
 
 
@@ -225,11 +277,19 @@ def _run_status(args: argparse.Namespace) -> int:
     import json
 
     from azserve.auth import AuthConfig
+    from azserve.errors import RequestTimeout
     from azserve.sync_client import SyncClient
 
     auth = AuthConfig(server_public_key=args.server_key, client_secret_key=args.client_key)
-    with SyncClient(args.endpoint, timeout_s=args.timeout, auth=auth) as c:
-        print(json.dumps(c.status(), indent=1))
+    try:
+        with SyncClient(args.endpoint, timeout_s=args.timeout, auth=auth) as c:
+            print(json.dumps(c.status(), indent=1))
+    except RequestTimeout:
+        curve = "" if args.server_key else "; a CURVE server answers only with --server-key"
+        raise AzserveError(
+            f"no reply from {args.endpoint} in {args.timeout:g} s: is a server running there "
+            f"(azserve serve, azserve train)? Check the host and port{curve}"
+        ) from None
     return 0
 
 
@@ -244,8 +304,23 @@ def _resolve_paths(args: argparse.Namespace) -> None:
         args.config = resolve_config(config)
     if getattr(args, "checkpoint", None):
         args.checkpoint = newest_checkpoint_in(args.checkpoint)
+    for flag in ("run_dir", "keep_dir"):
+        if getattr(args, flag, None):
+            check_directory(getattr(args, flag), "--" + flag.replace("_", "-"))
     # Popped: the processes a command starts get their config resolved, not these again.
     args.overrides = [*getattr(args, "overrides", []), *os.environ.pop("AZSERVE_SET", "").split()]
+
+
+def check_directory(arg: str, flag: str = "--run-dir") -> None:
+    """A directory argument that exists as a file (or lies under one) stops here, in one clear
+    line, before anything starts; one that does not exist yet is made later."""
+    p = Path(arg)
+    for q in (p, *p.parents):
+        if q.exists():
+            if not q.is_dir():
+                what = "is a file" if q == p else f"is under {q}, a file"
+                raise AzserveError(f"{flag} {arg}: {what}, not a directory")
+            return
 
 
 def newest_checkpoint_in(arg: str) -> str:

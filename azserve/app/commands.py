@@ -12,10 +12,11 @@ Common = Callable[..., None]
 
 
 def register(sub: Any, common: Common) -> None:
-    from azserve.app.cli import float_in, int_in
+    from actors.games import BUILTIN_GAMES
+    from azserve.app.cli import float_in, int_in, log_level
 
     sims = int_in(0, 1 << 20)
-    games = ("tictactoe", "connect4")
+    games = tuple(BUILTIN_GAMES)
     p = sub.add_parser("actors", help="self-play actor process")
     common(p)
     p.add_argument("--id", help="actor id (default: host-pid)")
@@ -51,7 +52,10 @@ def register(sub: Any, common: Common) -> None:
         "compare", help="train candidate configs for equal minutes in turn; curves in one image"
     )
     p.add_argument(
-        "--config", action="append", required=True, help="a candidate's TOML config (repeat)"
+        "--config",
+        action="append",
+        required=True,
+        help="a candidate's TOML config, a path or a shipped config's name (repeat)",
     )
     p.add_argument("--label", action="append", help="a candidate's name (default: file stem)")
     p.add_argument(
@@ -62,12 +66,17 @@ def register(sub: Any, common: Common) -> None:
         metavar="SECTION.KEY=VALUE",
         help="override one config value in every candidate (repeatable)",
     )
-    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument("--log-level", type=log_level, default="INFO", help="DEBUG, INFO, ...")
     p.add_argument("--run-dir", required=True, help="one run directory per candidate goes here")
-    p.add_argument("--minutes", type=float, required=True, help="training time per candidate")
+    p.add_argument(
+        "--minutes",
+        type=float_in(0, above=True),
+        required=True,
+        help="training time per candidate",
+    )
     p.add_argument(
         "--keep-every",
-        type=int,
+        type=int_in(1),
         help="keep a checkpoint every N steps for the MCTS curve (checkpoint.keep_every)",
     )
     p.add_argument(
@@ -94,7 +103,7 @@ def register(sub: Any, common: Common) -> None:
         help="MCTS simulations per position (0 = raw policy; default eval.sims)",
     )
     p.add_argument("--game", choices=games, help="the game of plain weights (checkpoints know it)")
-    p.add_argument("--input", default="-", help="input file (default stdin)")
+    p.add_argument("--input", default="-", help="input file ('-': stdin)")
     p.set_defaults(run=_analyze)
 
     p = sub.add_parser("play", help="play the agent in the terminal")
@@ -108,6 +117,91 @@ def register(sub: Any, common: Common) -> None:
     p.add_argument("--game", choices=games, help="the game of plain weights (checkpoints know it)")
     p.add_argument("--first", choices=["human", "agent"], default="human", help="who moves first")
     p.set_defaults(run=_play)
+
+    p = sub.add_parser(
+        "eval",
+        help="score a checkpoint: mistake rates, optimality or matches (JSON out)",
+        description="Score a checkpoint as training does at its end: Connect Four, the "
+        "mistake rate per benchmark set (a move that changes the game-theoretic outcome); "
+        "tic-tac-toe, the share of optimal moves over every reachable position; other games, "
+        "a match against uniform random play. Raw policy always, MCTS with --sims > 0.",
+    )
+    common(p, config_required=False)
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="weights or checkpoint (.safetensors), or a run directory (its newest checkpoint)",
+    )
+    p.add_argument(
+        "--sims",
+        type=sims,
+        help="MCTS simulations per move (0 = raw policy only; default eval.sims)",
+    )
+    p.add_argument(
+        "--positions",
+        help="Connect Four benchmark positions, a move_scores.tsv (default eval.c4_positions)",
+    )
+    p.add_argument(
+        "--limit",
+        type=int_in(0),
+        help="score only the first N benchmark positions (0 = all; default eval.c4_limit)",
+    )
+    p.add_argument(
+        "--games",
+        type=int_in(0, 100_000),
+        help="games against uniform random play (default: eval.match_games for games "
+        "without a benchmark, else none)",
+    )
+    p.add_argument("--game", choices=games, help="the game of plain weights (checkpoints know it)")
+    p.add_argument("--json", help="write the result here too")
+    p.set_defaults(run=_eval)
+
+    p = sub.add_parser(
+        "gtp",
+        help="a Go checkpoint as a GTP engine on stdin/stdout (Sabaki, GoGui, twogtp)",
+        description="Speak the Go Text Protocol (version 2) on stdin/stdout: "
+        "protocol_version, name, version, known_command, list_commands, boardsize, "
+        "clear_board, komi, play, genmove, undo, final_score (Tromp-Taylor), showboard, quit.",
+    )
+    common(p, config_required=False)
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a Go checkpoint (.safetensors), or a run directory (its newest checkpoint)",
+    )
+    p.add_argument("--sims", type=sims, help="MCTS simulations per move (default eval.sims)")
+    p.set_defaults(run=_gtp)
+
+    p = sub.add_parser(
+        "match",
+        help="a checkpoint against a GTP engine or OpenSpiel's MCTS: win rate with a 95%% CI",
+        description="Play GAMES games against another engine, colours alternating, refereed "
+        "by our rules; SGF files (Go) and match.json go to --out. The opponent: a GTP command "
+        "line (looked for on PATH, then /usr/games), or openspiel-mcts:SIMS.",
+    )
+    common(p, config_required=False)
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="weights or checkpoint (.safetensors), or a run directory (its newest checkpoint)",
+    )
+    p.add_argument(
+        "--opponent",
+        required=True,
+        help='a GTP engine\'s command line ("gnugo --mode gtp --level 1"), or openspiel-mcts:SIMS',
+    )
+    p.add_argument("--games", type=int_in(1, 100_000), default=40, help="games to play")
+    p.add_argument("--sims", type=sims, help="MCTS simulations per move (default eval.sims)")
+    p.add_argument(
+        "--sample-moves",
+        type=int_in(0, 1000),
+        default=4,
+        help="our first N moves drawn by visit count, so that games differ",
+    )
+    p.add_argument("--seed", type=int_in(0), default=0, help="seed of those draws")
+    p.add_argument("--out", default="match", help="directory for the SGF files and match.json")
+    p.add_argument("--json", help="write the summary here too")
+    p.set_defaults(run=_match)
 
     from azserve.app.bench.cli import register as register_bench
 
@@ -141,11 +235,20 @@ def register(sub: Any, common: Common) -> None:
         "--run-dir", required=True, help="output directory, on this machine (as for train)"
     )
     p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR")
-    p.add_argument("--minutes", type=float, help="time budget (overrides train.minutes)")
-    p.add_argument("--steps", type=int, help="learner step budget (overrides train.steps)")
-    p.add_argument("--games", type=int, help="self-play game budget (overrides train.games)")
     p.add_argument(
-        "--dry-run", action="store_true", help="print the resolved plan and start nothing"
+        "--minutes", type=float_in(0), help="time budget (overrides train.minutes; 0 = none)"
+    )
+    p.add_argument(
+        "--steps", type=int_in(0), help="learner step budget (overrides train.steps; 0 = none)"
+    )
+    p.add_argument(
+        "--games", type=int_in(0), help="self-play game budget (overrides train.games; 0 = none)"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved plan and start nothing (works anywhere: a Slurm file outside "
+        "an allocation shows placeholder nodes)",
     )
     p.add_argument(
         "--no-progress", action="store_true", help="plain status lines instead of a live table"
@@ -222,6 +325,24 @@ def _analyze(args: argparse.Namespace) -> int:
     from azserve.app.analyze import run_analyze
 
     return run_analyze(args)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from azserve.app.evaluate import run_eval
+
+    return run_eval(args)
+
+
+def _gtp(args: argparse.Namespace) -> int:
+    from azserve.app.gtp import run_gtp
+
+    return run_gtp(args)
+
+
+def _match(args: argparse.Namespace) -> int:
+    from azserve.app.match import run_match
+
+    return run_match(args)
 
 
 def _play(args: argparse.Namespace) -> int:

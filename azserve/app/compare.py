@@ -6,13 +6,17 @@ run, every checkpoint it kept is scored with MCTS at the eval setting (outside t
 so scoring takes nothing from training), then all learning curves go into one image,
 ``curves.png``, and the figures into ``compare.json``. A candidate whose run directory already
 holds a finished run (``summary.json``) is not trained again, so an interrupted comparison
-continues where it stopped and a finished one can be redrawn.
+continues where it stopped and a finished one can be redrawn; an unfinished one (interrupted,
+or stopped by a config error) is trained afresh, its directory set aside first when it holds
+any training output. A child's config error stops the comparison (exit 2): the next
+candidates would most likely fail the same way.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,19 +69,28 @@ def run_comparison(
     ``score``: then only the evaluations the runs made themselves are drawn), draw the curves;
     returns (and writes as ``compare.json``) the figures per candidate. ``keep_every``
     overrides ``checkpoint.keep_every``: how densely the MCTS curve is sampled."""
-    from azserve.app.train import run_training  # the supervisor pulls in the process tree
+    # The supervisor pulls in the process tree: imported only when something is trained.
+    from azserve.app.train import CONFIG_ERROR_EXIT, run_training
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for c in candidates:
         run_dir = out_dir / c.label
         cfg = _timed(c.config, minutes, keep_every)
-        if (run_dir / "summary.json").exists():
+        if finished(run_dir):
             print(f"compare: {c.label}: {run_dir} holds a finished run, not trained again")
         else:
+            set_aside(run_dir, cfg.checkpoint.dir)
             print(f"compare: {c.label}: training for {minutes:g} min in {run_dir}", flush=True)
             code = run_training(cfg, run_dir, progress=progress)
             if code == 130:  # Ctrl-C: the later candidates would not get equal time anyway
-                raise AzserveError(f"interrupted during {c.label}; run again to continue")
+                raise AzserveError(
+                    f"interrupted during {c.label}; run again to continue (it trains afresh)"
+                )
+            if code == CONFIG_ERROR_EXIT:
+                raise ConfigError(
+                    f"{c.label}: a process of its run refused the config (its log: "
+                    f"{run_dir / 'logs'}); nothing trained, no summary written"
+                )
             if code != 0:
                 log.warning("%s: training exited with code %d", c.label, code)
         if score:
@@ -94,6 +107,40 @@ def run_comparison(
         image = draw_curves(runs, out_dir / "curves.png", title)
         print(f"compare: curves in {image}, figures in {out_dir / 'compare.json'}", flush=True)
     return figures
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run that ended other than by an interrupt (``summary.json``:
+    the supervisor writes none for a run a config error stopped)."""
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return False
+    try:
+        reason = str(json.loads(path.read_text()).get("stop_reason", ""))
+    except (ValueError, AttributeError):
+        return False
+    return not reason.startswith("interrupted")
+
+
+def set_aside(run_dir: Path, checkpoint_dir: str = "checkpoints") -> Path | None:
+    """Clear the way to train an unfinished candidate afresh: a directory holding a checkpoint
+    is renamed ``LABEL.unfinished-N`` beside it (returned); one without (a run that stopped
+    before its first checkpoint, as a config error stops it) is removed."""
+    if not run_dir.exists():
+        return None
+    if run_dir.is_symlink():
+        raise AzserveError(
+            f"{run_dir} links to an unfinished run: finish it there, or remove the link"
+        )
+    if not list_checkpoints(run_dir / checkpoint_dir):
+        shutil.rmtree(run_dir)
+        return None
+    n = 1
+    while (aside := run_dir.with_name(f"{run_dir.name}.unfinished-{n}")).exists():
+        n += 1
+    run_dir.rename(aside)
+    print(f"compare: {run_dir.name}: its unfinished run moved to {aside}", flush=True)
+    return aside
 
 
 def _timed(cfg: Config, minutes: float, keep_every: int | None) -> Config:

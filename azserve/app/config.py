@@ -8,6 +8,7 @@ the resolved config back out as TOML.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import tomllib
@@ -31,7 +32,8 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str) -> T:
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(
-            f"{_join(where, unknown[0])}: unknown key (known keys: {', '.join(sorted(fields))})"
+            f"{_join(where, unknown[0])}: unknown key{suggest(unknown[0], fields)} "
+            f"(known keys: {', '.join(sorted(fields))})"
         )
     kwargs = {}
     for name, value in data.items():
@@ -45,6 +47,12 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str) -> T:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where or 'config'}: {exc}") from exc
     return obj
+
+
+def suggest(word: str, known: typing.Iterable[str]) -> str:
+    """``"; did you mean 'max_batch_size'?"`` for the closest known name, or ``""``."""
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _join(where: str, key: str) -> str:
@@ -134,14 +142,27 @@ def _deepcopy(d: dict[str, Any]) -> dict[str, Any]:
     return {k: _deepcopy(v) if isinstance(v, dict) else v for k, v in d.items()}
 
 
-def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_toml(path: str | os.PathLike[str], what: str = "config file") -> dict[str, Any]:
+    """A TOML file as a dict; ``ConfigError`` saying what is wrong with the path otherwise
+    (``what`` names the file in the message: ``config file``, ``cluster file``)."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
+    check_file(p, what)
     try:
         return tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
+
+
+def check_file(p: Path, what: str = "config file") -> None:
+    """``ConfigError`` unless ``p`` is a regular file: not found, a directory, or something
+    else (``/dev/null``, a pipe), each said as it is."""
+    if p.is_file():
+        return
+    if p.is_dir():
+        raise ConfigError(f"{what} {p}: is a directory, not a TOML file")
+    if p.exists():
+        raise ConfigError(f"{what} {p}: not a regular file (give a TOML file)")
+    raise ConfigError(f"{what} not found: {p}")
 
 
 def to_dict(obj: Any) -> Any:

@@ -5,12 +5,18 @@
 - Connect Four: mistake rate per benchmark set on ``move_scores.tsv`` (a move outside
   ``sign_optimal_columns`` changes the game-theoretic outcome), as in AlphaZero.jl's benchmark.
 - Matches: win/draw/loss against uniform random play and against an earlier version.
+
+``azserve eval --checkpoint RUN`` runs the first two, or a match against random play for the
+other games, on one checkpoint (``run_eval``).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import csv
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +27,7 @@ from actors.games.solver import TicTacToeSolver
 from azserve.app.agent import Agent, analysis_mcts
 from azserve.app.presets import resolve_data_path
 from azserve.app.schema import Config
+from azserve.errors import ConfigError, WeightsError
 from azserve.model.weights import load_weights_file
 
 SET_NAMES = {
@@ -175,3 +182,60 @@ def eval_scalars(result: dict[str, Any], prefix: str = "eval") -> dict[str, floa
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             out[name] = float(value)
     return out
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """The ``azserve eval`` main: score ``args.checkpoint`` and print the result as JSON
+    (written to ``args.json`` too when given)."""
+    from azserve.app.agent import agent_from_checkpoint
+    from azserve.app.bench.cli import emit
+    from learner.checkpoint import load_checkpoint
+
+    cfg, agent = agent_from_checkpoint(args.checkpoint, args.config, args.overrides, args.game)
+    if cfg.game != "connect4" and (args.positions or args.limit is not None):
+        flag = "--positions" if args.positions else "--limit"
+        raise ConfigError(f"{flag}: benchmark positions are for connect4, not {cfg.game}")
+    sims = cfg.eval.sims if args.sims is None else args.sims
+    benchmark = cfg.game in ("tictactoe", "connect4")
+    games = args.games if args.games is not None else (0 if benchmark else cfg.eval.match_games)
+    out: dict[str, Any] = {"checkpoint": str(args.checkpoint), "game": cfg.game, "sims": sims}
+    try:
+        meta = load_checkpoint(args.checkpoint).meta
+        out.update(step=meta.step, version=meta.version)
+    except WeightsError:  # plain weights: no step or version
+        pass
+    t0 = time.monotonic()
+    if cfg.game == "tictactoe":
+        out["tictactoe"] = tictactoe_optimality(agent, sims)
+    elif cfg.game == "connect4":
+        positions = args.positions or cfg.eval.c4_positions
+        limit = cfg.eval.c4_limit if args.limit is None else args.limit
+        out["positions_file"] = str(resolve_data_path(positions))
+        out["connect4"] = connect4_mistakes(agent, positions, sims, limit)
+    if games:
+        out["vs_random"] = match(agent, None, games, sims)
+        out["match_games"] = games
+    out["eval_s"] = round(time.monotonic() - t0, 3)
+    emit(out, args.json)
+    print(summary_line(out), file=sys.stderr)
+    return 0
+
+
+def summary_line(result: dict[str, Any]) -> str:
+    """One line for people: the headline figures of an ``azserve eval`` result."""
+    parts = [f"{result['game']}, {result['sims']} sims"]
+    if "tictactoe" in result:
+        t = result["tictactoe"]
+        parts.append(f"optimal moves: raw policy {100 * t['policy_optimal']:.1f}%")
+        if "mcts_optimal" in t:
+            parts.append(f"MCTS {100 * t['mcts_optimal']:.1f}%")
+    if "connect4" in result:
+        c = result["connect4"]
+        parts.append(f"mistakes: raw policy {100 * c['policy']['overall']:.1f}%")
+        if "mcts" in c:
+            parts.append(f"MCTS {100 * c['mcts']['overall']:.1f}%")
+        parts.append(f"on {c['positions']} positions")
+    if "vs_random" in result:
+        r = result["vs_random"]
+        parts.append(f"vs random {r['win']}-{r['draw']}-{r['loss']} (win-draw-loss)")
+    return "azserve eval: " + ", ".join(parts)

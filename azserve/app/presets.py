@@ -22,21 +22,25 @@ _DATA = {"data/connect4/move_scores.tsv": _PACKAGE / "data" / "connect4_move_sco
 
 
 def shipped_configs() -> list[str]:
-    """Names of the configs that ship with the package (``tictactoe``, ``connect4``)."""
+    """Names of the configs that ship with the package (``tictactoe``, ``connect4``, ...)."""
     return sorted(p.stem for p in (_PACKAGE / "configs").glob("*.toml"))
 
 
 def resolve_config(arg: str) -> str:
     """A ``--config`` argument as a readable path: an existing file as given, else a shipped
     config by name (``connect4``, ``connect4.toml`` or ``configs/connect4.toml``)."""
-    if Path(arg).is_file():
+    from azserve.app.config import check_file, suggest
+
+    if Path(arg).exists():
+        check_file(Path(arg))  # a directory or /dev/null: said as it is
         return arg
     name = Path(arg).name.removesuffix(".toml")
     shipped = _PACKAGE / "configs" / f"{name}.toml"
     if Path(arg).parent in (Path("."), Path("configs")) and shipped.is_file():
         return str(shipped)
     raise ConfigError(
-        f"config file not found: {arg} (shipped configs: {', '.join(shipped_configs())})"
+        f"config file not found: {arg}{suggest(name, shipped_configs())} "
+        f"(shipped configs: {', '.join(shipped_configs())})"
     )
 
 

@@ -184,7 +184,12 @@ def learner_settings(cfg: Config) -> LearnerSettings:
 def load_config(path: str | os.PathLike[str] | None, overrides: list[str] = ()) -> Config:  # type: ignore[assignment]
     """Read, override and check a config. Bad keys or values raise ``ConfigError``."""
     data = read_toml(path) if path else {}
-    data = apply_overrides(data, list(overrides))
+    return config_from_data(apply_overrides(data, list(overrides)))
+
+
+def config_from_data(data: dict[str, Any]) -> Config:
+    """A checked ``Config`` from TOML-shaped ``data`` (overrides applied): the ``net`` keys
+    the data leaves out (``NET_FROM_GAME``) come from its game."""
     game = data.get("game", Config.game)
     if isinstance(game, str) and isinstance(data.get("net", {}), dict):
         net = data.setdefault("net", {})

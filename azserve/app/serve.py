@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from azserve.app.config import apply_overrides, from_dict, read_toml
-from azserve.app.schema import Config
+from azserve.app.schema import Config, config_from_data
 from azserve.backends import make_backend
 from azserve.errors import ComponentFailed, ConfigError, WeightsError
 from azserve.lifecycle import stop_on_signals, until_stopped
@@ -40,7 +40,7 @@ def serve_config(
         for section, keys in _RUN_ONLY.items():
             for key in keys:
                 data.get(section, {}).pop(key, None)
-    return from_dict(Config, apply_overrides(data, list(overrides)), "")
+    return config_from_data(apply_overrides(data, list(overrides)))
 
 
 def _meta(path: str) -> CheckpointMeta | None:

@@ -223,6 +223,11 @@ class Training:
             signal.signal(signal.SIGTERM, previous_term)
             interrupted = self._stop_reason.startswith("interrupted")
             self.display.close()  # its last frame stays above what follows
+        if code == CONFIG_ERROR_EXIT:
+            # The run did not run: no evaluation, report or summary.json (which would mark it
+            # finished, for compare, or replace a resumed run's own).
+            self.display.note(f"stopped: {self._stop_reason}; fix the config and run again")
+            return code
         self._final_eval()
         if self._tb is not None:
             self._tb.close()
@@ -325,7 +330,7 @@ class Training:
                 )
                 if code == CONFIG_ERROR_EXIT:  # the same config would fail the same way
                     self._request_stop(f"{child.name}: config error (exit {code})")
-                    return 1
+                    return CONFIG_ERROR_EXIT
                 if t.restart_children and child.restarts < t.max_restarts:
                     child.restarts += 1
                     log.warning("restarting %s (%d/%d)", child.name, child.restarts, t.max_restarts)

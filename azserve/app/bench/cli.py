@@ -10,16 +10,21 @@ from typing import Any
 
 
 def register(sub: Any, common: Any) -> None:
+    from azserve.app.cli import float_in, int_in
+
+    seconds = float_in(0, 86_400, above=True)
+    processes = int_in(1, 256)
+    coroutines = int_in(1, 1 << 16)
     bench = sub.add_parser("bench", help="throughput benchmarks (JSON out)")
-    bsub = bench.add_subparsers(dest="bench", required=True)
+    bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
 
     p = bsub.add_parser("serve", help="server rows/s against the model's own rows/s, and peers")
     common(p)
-    p.add_argument("--duration", type=float, default=10.0, help="seconds per measurement")
+    p.add_argument("--duration", type=seconds, default=10.0, help="seconds per measurement")
     p.add_argument("--json", help="write the result here too")
     p.add_argument("--server", help="target a running server at this endpoint")
-    p.add_argument("--processes", type=int, default=2, help="load processes")
-    p.add_argument("--coroutines", type=int, default=512, help="coroutines per load process")
+    p.add_argument("--processes", type=processes, default=2, help="load processes")
+    p.add_argument("--coroutines", type=coroutines, default=512, help="coroutines per load process")
     p.add_argument(
         "--peers",
         default="naive,ray_serve,triton_single,triton_batched,azserve_triton",
@@ -33,18 +38,20 @@ def register(sub: Any, common: Any) -> None:
 
     p = bsub.add_parser("selfplay", help="full self-play throughput and the bottleneck side")
     common(p)
-    p.add_argument("--duration", type=float, default=30.0, help="seconds of self-play measured")
+    p.add_argument("--duration", type=seconds, default=30.0, help="seconds of self-play measured")
     p.add_argument("--json", help="write the result here too")
     p.add_argument("--learner", action="store_true", help="run the learner too")
-    p.add_argument("--sweep", help="e.g. sims=25,50,100,200")
+    p.add_argument("--sweep", type=sims_sweep, help="e.g. sims=25,50,100,200")
     p.set_defaults(run=_run("azserve.app.bench.selfplay"))
 
     p = bsub.add_parser("swap", help="latency before, during and after repeated weight swaps")
     common(p)
-    p.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
-    p.add_argument("--swaps", type=int, default=10, help="weight swaps during the swap phase")
-    p.add_argument("--processes", type=int, default=2, help="load processes")
-    p.add_argument("--coroutines", type=int, default=512, help="coroutines per load process")
+    p.add_argument("--duration", type=seconds, default=10.0, help="seconds per phase")
+    p.add_argument(
+        "--swaps", type=int_in(1, 10_000), default=10, help="weight swaps during the swap phase"
+    )
+    p.add_argument("--processes", type=processes, default=2, help="load processes")
+    p.add_argument("--coroutines", type=coroutines, default=512, help="coroutines per load process")
     p.add_argument("--json", help="write the result here too")
     p.set_defaults(run=_run("azserve.app.bench.swap"))
 
@@ -52,19 +59,49 @@ def register(sub: Any, common: Any) -> None:
         "soak", help="server, actors and learner for minutes: RSS and latency flat?"
     )
     common(p)
-    p.add_argument("--minutes", type=float, default=30.0, help="soak length after first traffic")
     p.add_argument(
-        "--games", type=int, default=5000, help="game coroutines in total, split over processes"
+        "--minutes",
+        type=float_in(0, 10_080, above=True),
+        default=30.0,
+        help="soak length after first traffic",
     )
-    p.add_argument("--warmup-s", type=float, help="seconds before the first window (default 1/4)")
-    p.add_argument("--sample-s", type=float, help="seconds between samples (default 1-10)")
-    p.add_argument("--window-s", type=float, help="seconds per compared window (default 1/5)")
-    p.add_argument("--rss-bound", type=float, default=0.05, help="largest RSS growth, flat")
-    p.add_argument("--latency-bound", type=float, default=1.5, help="largest p99 last/first")
+    p.add_argument(
+        "--games",
+        type=int_in(1, 1 << 20),
+        default=5000,
+        help="game coroutines in total, split over processes",
+    )
+    p.add_argument(
+        "--warmup-s", type=float_in(0), help="seconds before the first window (default: 1/4)"
+    )
+    p.add_argument("--sample-s", type=seconds, help="seconds between samples (default: 1 to 10)")
+    p.add_argument("--window-s", type=seconds, help="seconds per compared window (default: 1/5)")
+    p.add_argument("--rss-bound", type=float_in(0), default=0.05, help="largest RSS growth, flat")
+    p.add_argument(
+        "--latency-bound",
+        type=float_in(0, above=True),
+        default=1.5,
+        help="largest p99 last/first",
+    )
     p.add_argument("--json", help="write the result here too")
     p.add_argument("--plot", help="RSS and latency over time (PNG)")
     p.add_argument("--keep-dir", help="keep the children's logs and the learner's run here")
     p.set_defaults(run=_run("azserve.app.bench.soak"))
+
+
+def sims_sweep(text: str) -> str:
+    """An argparse type: ``sims=25,50,100`` (simulation counts, each 1 to 1,048,576), kept as
+    written for the bench to read."""
+    key, _, values = text.partition("=")
+    try:
+        sims = [int(v) for v in values.split(",")]
+    except ValueError:
+        sims = []
+    if key.strip() != "sims" or not sims or not all(1 <= n <= 1 << 20 for n in sims):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected sims=N,N,... (each 1 to 1,048,576), e.g. sims=25,50,100"
+        )
+    return text
 
 
 def _run(module: str) -> Any:

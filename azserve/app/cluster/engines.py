@@ -83,14 +83,17 @@ class CommandChild(Child):
 class CommandEngine:
     """ssh and Slurm: each process is one command line, prefix + watchdog."""
 
-    def __init__(self, spec: ClusterSpec, run_dir: Path, run_id: str) -> None:
+    def __init__(
+        self, spec: ClusterSpec, run_dir: Path, run_id: str, nodes: list[str] | None = None
+    ) -> None:
+        """``nodes``: Slurm's nodes (None: the allocation's, which must exist)."""
         self.spec = spec
         self.run_dir = run_dir
         self.run_id = run_id
         if spec.engine == "slurm":
             self.prefix = spec.slurm.srun
             self.takes_string = False
-            self.nodes = allocation_nodes()
+            self.nodes = allocation_nodes() if nodes is None else nodes
         else:
             self.prefix = spec.ssh.command
             takes = spec.ssh.takes_string

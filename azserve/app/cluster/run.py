@@ -9,6 +9,7 @@ metrics.jsonl, TensorBoard, eval.jsonl, report.png, summary.json, and logs/HOST/
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import time
@@ -165,10 +166,32 @@ def dry_run(cfg: Config, spec: ClusterSpec, run_dir: Path) -> str:
             _auth(spec),
         )
         return describe(procs, {})
-    engine = CommandEngine(spec, run_dir, new_run_id())
+    note = ""
+    nodes = None
+    if spec.engine == "slurm" and not in_allocation():
+        # A plan, not a launch: placeholder nodes stand for the allocation's.
+        nodes = [f"NODE{i + 1}" for i in range(slurm_nodes_needed(spec))]
+        note = (
+            f"# not inside a Slurm allocation: the plan on {len(nodes)} placeholder nodes "
+            f"({', '.join(nodes)}); inside one (salloc, sbatch), the allocation's nodes\n"
+        )
+    engine = CommandEngine(spec, run_dir, new_run_id(), nodes)
     procs = build_plan(spec, cfg, run_dir, engine)
     commands = {p.name: engine.command(p, display=True) for p in procs}
-    return describe(procs, commands)
+    return note + describe(procs, commands)
 
 
-__all__ = ["ClusterRun", "build_plan", "dry_run", "make_engine"]
+def in_allocation() -> bool:
+    """Whether this process runs inside a Slurm allocation (its node list is known)."""
+    return bool(os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"))
+
+
+def slurm_nodes_needed(spec: ClusterSpec) -> int:
+    """The nodes a Slurm cluster file takes: one per server without a host (the learner
+    shares the first), then each actor group's ``nodes`` (at least one) unless it names hosts."""
+    servers = sum(1 for s in spec.server if not s.host)
+    groups = sum(g.nodes or 1 for g in spec.actors if not g.hosts)
+    return max(1, servers + groups)
+
+
+__all__ = ["ClusterRun", "build_plan", "dry_run", "in_allocation", "make_engine"]

@@ -223,7 +223,7 @@ def host_label(host: str) -> str:
 
 def load_cluster(path: str) -> ClusterSpec:
     """Read and check a cluster file. Bad keys or values raise ``ConfigError``."""
-    return from_dict(ClusterSpec, read_toml(path), "")
+    return from_dict(ClusterSpec, read_toml(path, "cluster file"), "")
 
 
 __all__ = [

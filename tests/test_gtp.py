@@ -1,0 +1,139 @@
+"""``azserve gtp``: a GTP session against the real command (a tiny random-weights Go
+checkpoint), every command the issue lists, the failures GTP asks for, and the engine's rules
+in-process."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from actors.games import make_game
+from azserve.app.gtp import Board, Engine, GtpError, MoveSource
+from azserve.app.schema import load_config, to_dict
+from learner.checkpoint import save_checkpoint
+from learner.trainer import Trainer
+from tests.test_cli import azserve_cmd
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def go_checkpoint(directory: Path) -> Path:
+    """A learner checkpoint of a one-block, 8-channel Go 9x9 net."""
+    cfg = load_config(REPO / "configs" / "go9.toml", ["net.blocks=1", "net.channels=8"])
+    trainer = Trainer(replace(cfg.net, seed=3), replace(cfg.trainer, device="cpu"))
+    return save_checkpoint(directory / "checkpoints", 40, 5, trainer.state_dict(), to_dict(cfg))
+
+
+def replies(out: str) -> list[str]:
+    """GTP replies: blocks ending in a blank line."""
+    return [block.strip("\n") for block in out.split("\n\n") if block.strip()]
+
+
+def test_a_gtp_session_with_the_real_command(tmp_path: Path) -> None:
+    go_checkpoint(tmp_path / "run")
+    session = [
+        "protocol_version",
+        "7 name",
+        "version",
+        "known_command genmove",
+        "known_command kgs-genmove_cleanup",
+        "list_commands",
+        "boardsize 19",
+        "boardsize 9",
+        "clear_board",
+        "komi 7.5",
+        "play b D4",
+        "play b E5",  # out of turn
+        "play w D4",  # occupied
+        "play w Z1",  # off the board
+        "genmove w",
+        "undo",
+        "final_score",
+        "play w E5",
+        "final_score",
+        "showboard",
+        "# a comment line, ignored",
+        "gogui-analyze_commands",
+        "play black pass",
+        "play white pass",
+        "genmove b",  # the game is over
+        "quit",
+        "name",  # after quit: never read
+    ]
+    p = subprocess.run(
+        azserve_cmd("gtp", "--checkpoint", str(tmp_path / "run"), "--sims", "2"),
+        input="\n".join(session) + "\n", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    r = replies(p.stdout)
+    assert r[0] == "= 2"
+    assert r[1] == "=7 azserve"
+    assert r[2].startswith("= ") and r[2][2].isdigit()  # the package version
+    assert r[3] == "= true" and r[4] == "= false"
+    listed = r[5].removeprefix("= ").split("\n")
+    assert {"genmove", "play", "undo", "final_score", "showboard", "quit"} <= set(listed)
+    assert r[6].startswith("? unacceptable size")
+    assert r[7] == r[8] == r[9] == r[10] == "="
+    assert r[11] == "? illegal move: white is to move"
+    assert r[12] == "? illegal move: D4 is occupied"
+    assert r[13].startswith("? invalid vertex 'Z1'")
+    move = r[14].removeprefix("= ")
+    game = make_game("go9")
+    assert game.parse_move(move) in game.legal_actions(game.from_moves([30]))
+    assert r[15] == "="  # undo: white's move taken back
+    # One black stone on an empty board: all 81 points black's, minus komi.
+    assert r[16] == "= B+73.5"
+    assert r[17] == "="
+    assert r[18] == "= W+7.5"  # a stone each, the rest neutral: 1 - 1 - 7.5
+    assert "X" in r[19] and "O" in r[19] and "A B C D E F G H J" in r[19]
+    assert r[20] == "? unknown command 'gogui-analyze_commands'"
+    assert r[21] == r[22] == "="
+    assert r[23].startswith("? the game is over")
+    assert r[24] == "="
+    assert len(r) == 25  # nothing after quit
+
+
+class Scripted(MoveSource):
+    def __init__(self, moves: list[int]) -> None:
+        self.moves = moves
+
+    def choose(self, game, state):  # type: ignore[no-untyped-def]
+        return self.moves.pop(0)
+
+
+def test_the_engine_refuses_superko_and_suicide_and_keeps_serving() -> None:
+    e = Engine(Scripted([]))
+    # A ko: black E4 takes white D4; white taking back at once would recreate the board.
+    for line in ["play b D5", "play w E5", "play b C4", "play w F4", "play b D3", "play w E3",
+                 "play b A9", "play w D4", "play b E4"]:  # fmt: skip
+        assert e.reply(line) == "=\n\n", line
+    assert e.board.state.board[e.board.game.parse_move("D4")] == 0  # taken
+    assert e.reply("play w D4") == "? illegal move: D4 repeats an earlier board (superko)\n\n"
+    assert e.reply("play w A8") == "=\n\n"  # still serving, white still to play
+    # Suicide: black into a corner white surrounds.
+    for line in ["play b E9", "play w A2", "play b E8", "play w B1"]:
+        assert e.reply(line) == "=\n\n", line
+    assert e.reply("play b A1") == "? illegal move: A1 is suicide\n\n"
+    assert e.reply("frobnicate").startswith("? unknown command")
+    assert e.reply("") is None and e.reply("# note") is None
+    assert e.reply("komi x").startswith("? syntax error")
+    moves = list(e.board.moves)
+    assert e.reply("komi 6.5") == "=\n\n" and e.board.game.komi == 6.5
+    assert e.board.moves == moves  # the moves stand through a komi change
+    assert e.reply("3 genmove w") == "?3 black is to move\n\n"  # the suicide was not played
+
+
+def test_board_undo_and_errors() -> None:
+    b = Board(make_game("go9"))  # type: ignore[arg-type]
+    with pytest.raises(GtpError, match="no move played"):
+        b.undo()
+    b.play(0, 40)
+    with pytest.raises(GtpError, match="is occupied"):
+        b.play(1, 40)
+    b.undo()
+    assert b.state == b.game.initial_state()
