@@ -312,11 +312,42 @@ async def test_replies_a_peer_never_reads_are_dropped_past_the_bound(
             received += 1
         # What survived: the peer's one, the server's five, and what the kernels' socket
         # buffers held (about 270 here); the rest was dropped, not kept. Unbounded, all
-        # 1,200 arrive.
+        # 1,200 arrive. Every dropped reply is counted (status and Prometheus).
         assert 0 < received < 600, received
+        dropped = server.status()["replies_dropped"]
+        assert dropped == {"full": 1200 - received, "gone": 0, "error": 0}, (received, dropped)
+        text = server.metrics.render()
+        assert f'azserve_replies_dropped_total{{model="default",reason="full"}} {1200 - received}.0' in text
     finally:
         peer.close()
         ctx.term()
+
+
+async def test_replies_to_a_peer_that_left_are_counted_as_gone(
+    make_server: MakeServer, make_client: MakeClient
+) -> None:
+    """A peer that sends and disconnects before its replies: each reply the server can no
+    longer route is counted as ``gone``, and the server serves everyone else."""
+    server = await make_server(max_queue_delay_us=200_000)  # replies come after the close
+    ctx = zmq.asyncio.Context()
+    peer = ctx.socket(zmq.DEALER)
+    peer.setsockopt(zmq.LINGER, 5000)  # the close delivers what was sent, then disconnects
+    peer.connect(server.endpoint)
+    obs = positions(1)
+    head = {"op": "eval", "proto": 1, "model": "default", "version": -1,
+            "arrays": [{"dtype": "uint8", "shape": list(obs.shape)}]}  # fmt: skip
+    try:
+        for i in range(20):
+            await peer.send_multipart([msgpack.packb({**head, "id": i}), obs.tobytes()])
+    finally:
+        peer.close()
+        ctx.term()
+    await wait_for(lambda: server.status()["requests"] >= 20, 30)
+    client = await make_client(server.endpoint)
+    logits, _ = await client.evaluate(positions(1)[0])
+    assert logits.shape == (NET.num_actions,)
+    dropped = server.status()["replies_dropped"]
+    assert dropped["gone"] == 20 and dropped["full"] == 0, dropped
 
 
 async def test_two_hundred_sockets_connect_and_leave(

@@ -36,6 +36,13 @@ from azserve.versions import VersionRegistry
 
 log = logging.getLogger("azserve.server")
 
+_WHY = {
+    "full": "the peer's queue is full: it is not reading",
+    "gone": "the peer has disconnected",
+    "error": "",
+}
+"""Why a reply was dropped, by the reason counted (``error``: the send's own error)."""
+
 _OBS_DTYPES = (np.dtype(np.uint8), np.dtype(np.float32))
 
 
@@ -147,8 +154,11 @@ class InferenceServer:
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
-        # Bounded per peer: replies to a peer that stopped reading are dropped past this.
+        # Bounded per peer: replies to a peer that stopped reading are dropped past this, and
+        # counted: ROUTER_MANDATORY makes such a send fail (EAGAIN) instead of vanishing, and
+        # a send to a peer that has gone fail with EHOSTUNREACH (see _send).
         sock.setsockopt(zmq.SNDHWM, self.cfg.max_queued_replies)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         # Checked by ZeroMQ from the frame header, before the frame is allocated.
         sock.setsockopt(zmq.MAXMSGSIZE, max_bytes)
         try:
@@ -394,8 +404,24 @@ class InferenceServer:
     ) -> None:
         if self._sock is None or self._sock.closed:
             return
-        # ROUTER sends never block (an unroutable peer is dropped), so the future completes at once.
-        self._sock.send_multipart(envelope + P.encode(msg, arrays), copy=False)
+        # DONTWAIT: the send completes or fails at once (never queued in Python), so the
+        # future is done here; a reply that cannot go now is dropped and counted.
+        sent: asyncio.Future[Any] = self._sock.send_multipart(  # type: ignore[assignment]
+            envelope + P.encode(msg, arrays), copy=False, flags=zmq.DONTWAIT
+        )
+        exc = sent.exception() if sent.done() and not sent.cancelled() else None
+        if exc is None:
+            return
+        if isinstance(exc, zmq.Again):
+            reason = "full"
+        elif isinstance(exc, zmq.ZMQError) and exc.errno == zmq.EHOSTUNREACH:
+            reason = "gone"
+        else:
+            reason = "error"
+        n = self.metrics.replies_dropped[reason]
+        n.inc()
+        if n.value in (1, 10, 100) or n.value % 1000 == 0:
+            log.warning("reply dropped (%s: %s), %d so far", reason, _WHY[reason] or exc, n.value)
 
     def _send_error(self, envelope: list[bytes], rid: int | None, type_: str, message: str) -> None:
         self.metrics.error(type_)

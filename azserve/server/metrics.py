@@ -82,6 +82,17 @@ class ServerMetrics:
         self.rows = count("azserve_rows", "Positions evaluated")
         self.batches = count("azserve_batches", "Batches run")
         self.dropped = count("azserve_dropped", "Messages dropped (unattributable)")
+        replies_dropped = Counter(
+            "azserve_replies_dropped",
+            "Replies not sent, by reason: full (the peer's queue held server.max_queued_replies "
+            "unread replies), gone (the peer had disconnected) or error (the send failed)",
+            ["model", "reason"],
+            registry=reg,
+        )
+        self.replies_dropped = {
+            reason: _Count(replies_dropped.labels(model=model, reason=reason))
+            for reason in ("full", "gone", "error")
+        }
         self.busy = count("azserve_compute_busy_seconds", "Seconds with a batch computing")
         self.swaps = count("azserve_weight_loads", "Weight versions loaded")
         self.auth_refused = count(
@@ -162,6 +173,7 @@ class ServerMetrics:
             ),
             "errors": int(self.errors.value),
             "dropped": int(self.dropped.value),
+            "replies_dropped": {k: int(c.value) for k, c in self.replies_dropped.items()},
             "busy_s": self.busy_seconds(time.monotonic()),
             "latency_ms": _named(self.latency.percentiles()),
             "queue_delay_ms": _named(self.queue_delay.percentiles()),
@@ -179,7 +191,8 @@ class ServerMetrics:
             f"rows/s {rows_s:,.0f}  req/s {req_s:,.0f}  batch {self.batch.mean():.1f}  "
             f"busy {busy:.0%}  queued {queued_rows}  p50 {lat[50]:.1f} ms  p99 {lat[99]:.1f} ms  "
             f"versions {resident} latest {latest}  "
-            f"errors {int(self.errors.value)} dropped {int(self.dropped.value)}"
+            f"errors {int(self.errors.value)} dropped {int(self.dropped.value)}  "
+            f"replies dropped {sum(int(c.value) for c in self.replies_dropped.values())}"
             + (f"  {c.line()}" if (c := self._cache()) is not None else "")
         )
 
