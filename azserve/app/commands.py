@@ -13,7 +13,7 @@ Common = Callable[..., None]
 
 def register(sub: Any, common: Common) -> None:
     from actors.games import BUILTIN_GAMES
-    from azserve.app.cli import float_in, int_in, log_level
+    from azserve.app.argtypes import float_in, int_in, log_level
 
     sims = int_in(0, 1 << 20)
     games = tuple(BUILTIN_GAMES)

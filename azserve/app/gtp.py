@@ -242,7 +242,7 @@ def serve(engine: Engine, stdin: IO[str], stdout: IO[str]) -> None:
 def run_gtp(args: argparse.Namespace) -> int:
     """The ``azserve gtp`` main."""
     from azserve.app.agent import agent_from_checkpoint
-    from azserve.app.cli import package_version
+    from azserve.app.argtypes import package_version
     from azserve.errors import ConfigError
 
     cfg, agent = agent_from_checkpoint(args.checkpoint, args.config, args.overrides, None)

@@ -10,7 +10,7 @@ from typing import Any
 
 
 def register(sub: Any, common: Any) -> None:
-    from azserve.app.cli import float_in, int_in
+    from azserve.app.argtypes import float_in, int_in
 
     seconds = float_in(0, 86_400, above=True)
     processes = int_in(1, 256)
