@@ -1,10 +1,11 @@
-"""Always-on, cheap metrics: counters, histograms and a latency window, rendered as Prometheus
-text and summarised in a status line. Single-threaded use (the owning event loop)."""
+"""Cheap measurements for status lines and rows: a latency window (recent percentiles), rates,
+the bottleneck rule, and the HTTP endpoint that serves Prometheus text. Counters and
+histograms for Prometheus live in ``azserve.prom`` (one system: prometheus_client, fed by
+lock-free loop series). Single-threaded use (the owning event loop)."""
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import time
 from collections import deque
@@ -15,71 +16,10 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 
-class Counter:
-    """Monotonic count."""
-
-    def __init__(self, name: str, help_: str) -> None:
-        self.name, self.help, self.value = name, help_, 0.0
-
-    def inc(self, n: float = 1.0) -> None:
-        self.value += n
-
-    def render(self) -> list[str]:
-        return [
-            f"# HELP {self.name} {self.help}",
-            f"# TYPE {self.name} counter",
-            f"{self.name} {self.value:g}",
-        ]
-
-
-class Gauge:
-    """A value read at render time from a callback."""
-
-    def __init__(self, name: str, help_: str, read: Callable[[], float]) -> None:
-        self.name, self.help, self.read = name, help_, read
-
-    def render(self) -> list[str]:
-        return [
-            f"# HELP {self.name} {self.help}",
-            f"# TYPE {self.name} gauge",
-            f"{self.name} {self.read():g}",
-        ]
-
-
-class Histogram:
-    """Cumulative-bucket histogram (Prometheus semantics)."""
-
-    def __init__(self, name: str, help_: str, buckets: list[float]) -> None:
-        self.name, self.help = name, help_
-        self.bounds = sorted(buckets)
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, x: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, x)] += 1
-        self.sum += x
-        self.count += 1
-
-    def mean(self) -> float:
-        return self.sum / self.count if self.count else 0.0
-
-    def render(self) -> list[str]:
-        out = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
-        acc = 0
-        for bound, c in zip(self.bounds, self.counts):
-            acc += c
-            out.append(f'{self.name}_bucket{{le="{bound:g}"}} {acc}')
-        out.append(f'{self.name}_bucket{{le="+Inf"}} {self.count}')
-        out += [f"{self.name}_sum {self.sum:g}", f"{self.name}_count {self.count}"]
-        return out
-
-
 class LatencyWindow:
     """The last ``size`` samples in a ring, for percentiles of recent behaviour."""
 
-    def __init__(self, name: str, help_: str, size: int = 8192) -> None:
-        self.name, self.help = name, help_
+    def __init__(self, size: int = 8192) -> None:
         self._buf = np.zeros(size, np.float64)
         self._n = 0
 
@@ -93,41 +33,6 @@ class LatencyWindow:
             return {q: 0.0 for q in qs}
         vals = np.percentile(self._buf[:n], qs)
         return dict(zip(qs, (float(v) for v in vals)))
-
-    def render(self) -> list[str]:
-        out = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} summary"]
-        for q, v in self.percentiles().items():
-            out.append(f'{self.name}{{quantile="{q / 100:g}"}} {v:g}')
-        return out
-
-
-class Registry:
-    """Named metrics of one component."""
-
-    def __init__(self) -> None:
-        self._metrics: list[Counter | Gauge | Histogram | LatencyWindow] = []
-
-    def counter(self, name: str, help_: str) -> Counter:
-        return self._add(Counter(name, help_))
-
-    def gauge(self, name: str, help_: str, read: Callable[[], float]) -> Gauge:
-        return self._add(Gauge(name, help_, read))
-
-    def histogram(self, name: str, help_: str, buckets: list[float]) -> Histogram:
-        return self._add(Histogram(name, help_, buckets))
-
-    def latency(self, name: str, help_: str, size: int = 8192) -> LatencyWindow:
-        return self._add(LatencyWindow(name, help_, size))
-
-    def _add(self, m):  # type: ignore[no-untyped-def]
-        self._metrics.append(m)
-        return m
-
-    def render(self) -> str:
-        lines: list[str] = []
-        for m in self._metrics:
-            lines += m.render()
-        return "\n".join(lines) + "\n"
 
 
 class RateMeter:

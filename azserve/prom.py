@@ -24,7 +24,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 from azserve.metrics import serve_metrics
 
@@ -54,10 +54,24 @@ SECONDS = (
 """Latency buckets (seconds): 100 us to 30 s."""
 
 
+class LoopCounter:
+    """A counter for one event loop's hot path: ``inc`` is one addition (no lock), and
+    ``value`` is read by the status reply and by a ``LoopMetrics`` collector at scrape time,
+    so that each count is kept once."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, n: float = 1.0) -> None:
+        self.value += n
+
+
 class LoopHistogram:
     """A histogram for one event loop's hot path: ``observe`` is a bisect and three additions
     (no lock; prometheus_client's own costs about 4 us a call), exported at scrape time by a
-    ``LoopHistograms`` collector on the same loop. Prometheus semantics: bucket ``le=b``
+    ``LoopMetrics`` collector on the same loop. Prometheus semantics: bucket ``le=b``
     counts observations ``<= b``."""
 
     def __init__(self, buckets: Sequence[float] = SECONDS) -> None:
@@ -71,25 +85,69 @@ class LoopHistogram:
         self.sum += x
         self.count += 1
 
+    def mean(self) -> float:
+        return self.sum / self.count if self.count else 0.0
 
-class LoopHistograms:
-    """Collector of named ``LoopHistogram`` series (``add``), one label set each."""
+
+class LoopMetrics:
+    """Collector of named ``LoopCounter`` and ``LoopHistogram`` series, read at scrape time:
+    one family per name, one sample (set) per label set. Register it on a registry once;
+    ``counter`` and ``histogram`` make and add series, before or after that."""
 
     def __init__(self) -> None:
-        self._series: list[tuple[str, str, dict[str, str], LoopHistogram]] = []
+        self._families: dict[str, tuple[str, str, list[str]]] = {}  # name -> kind, doc, labels
+        self._series: dict[str, list[tuple[list[str], LoopCounter | LoopHistogram]]] = {}
 
-    def add(self, name: str, doc: str, labels: dict[str, str], hist: LoopHistogram) -> None:
-        self._series.append((name, doc, labels, hist))
+    def counter(self, name: str, doc: str, **labels: str) -> LoopCounter:
+        c = LoopCounter()
+        self._add("counter", name, doc, labels, c)
+        return c
+
+    def histogram(
+        self, name: str, doc: str, buckets: Sequence[float] = SECONDS, **labels: str
+    ) -> LoopHistogram:
+        h = LoopHistogram(buckets)
+        self._add("histogram", name, doc, labels, h)
+        return h
+
+    def declare(self, kind: str, name: str, doc: str, labels: Sequence[str]) -> None:
+        """A family exported (its HELP and TYPE) before any series of it exists: for series
+        made on first use, such as one per error type."""
+        known = self._families.setdefault(name, (kind, doc, list(labels)))
+        if known[0] != kind or known[2] != list(labels):
+            raise ValueError(f"metric {name}: {kind} {list(labels)} after {known[0]} {known[2]}")
+        self._series.setdefault(name, [])
+
+    def _add(
+        self, kind: str, name: str, doc: str, labels: dict[str, str], m: LoopCounter | LoopHistogram
+    ) -> None:
+        self.declare(kind, name, doc, list(labels))
+        self._series[name].append((list(labels.values()), m))
+
+    def describe(self) -> list[Metric]:
+        return []  # collected at scrape time only
 
     def collect(self) -> Iterator[Metric]:
-        for name, doc, labels, h in self._series:
-            family = HistogramMetricFamily(name, doc, labels=list(labels))
-            cumulative, acc = [], 0
-            for bound, n in zip([*map(str, h.bounds), "+Inf"], h.counts):
-                acc += n
-                cumulative.append((bound, float(acc)))
-            family.add_metric(list(labels.values()), cumulative, sum_value=h.sum)
+        for name, (kind, doc, label_names) in self._families.items():
+            family: Metric
+            if kind == "counter":
+                family = CounterMetricFamily(name, doc, labels=label_names)
+                for values, c in self._series[name]:
+                    family.add_metric(values, c.value)  # type: ignore[union-attr]
+            else:
+                family = HistogramMetricFamily(name, doc, labels=label_names)
+                for values, h in self._series[name]:
+                    assert isinstance(h, LoopHistogram)
+                    cumulative, acc = [], 0
+                    for bound, n in zip([*map(_bound, h.bounds), "+Inf"], h.counts):
+                        acc += n
+                        cumulative.append((bound, float(acc)))
+                    family.add_metric(values, cumulative, sum_value=h.sum)
             yield family
+
+
+def _bound(b: float) -> str:
+    return str(float(b))
 
 
 def role_registry(role: str) -> CollectorRegistry:

@@ -12,7 +12,7 @@ from azserve.prom import SECONDS
 from azserve.server.metrics import ServerMetrics
 
 m = ServerMetrics(lambda: 0, lambda: 0, lambda: 0)
-window = LatencyWindow("x", "")
+window = LatencyWindow()
 stock = Histogram("x", "", buckets=SECONDS, registry=CollectorRegistry())
 runs: dict[str, list[float]] = {
     "window only": [],

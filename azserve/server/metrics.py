@@ -7,29 +7,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from azserve.cachestats import CacheStats
-from azserve.metrics import Counter as Tally
-from azserve.metrics import Histogram as Histogram_
 from azserve.metrics import LatencyWindow, RateMeter
-from azserve.prom import SECONDS, LoopHistogram, LoopHistograms, render, role_registry
+from azserve.prom import SECONDS, LoopCounter, LoopHistogram, LoopMetrics, render, role_registry
+
+_ERRORS_DOC = "Error replies sent, by wire error type"
 
 BATCH_BOUNDS: list[float] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 """Rows-per-batch buckets."""
-
-
-class _Count:
-    """A counter read by the status reply (``value``) and exported to Prometheus."""
-
-    def __init__(self, prom: Any) -> None:
-        self.value = 0.0
-        self._prom = prom
-
-    def inc(self, n: float = 1.0) -> None:
-        self.value += n
-        self._prom.inc(n)
 
 
 class _Latency:
@@ -65,32 +53,30 @@ class ServerMetrics:
     ) -> None:
         self.prom = reg = role_registry("server")
         m = {"model": model}
+        # Every count and histogram is kept once, in a lock-free series that the status reply
+        # reads and the collector exports at scrape time.
+        self._loop = loop = LoopMetrics()
+        reg.register(loop)  # type: ignore[arg-type]
 
-        def count(name: str, doc: str) -> _Count:
-            return _Count(Counter(name, doc, ["model"], registry=reg).labels(**m))
-
-        # Observed per request on the loop: lock-free histograms, collected at scrape time.
-        histograms = LoopHistograms()
-        reg.register(histograms)
+        def count(name: str, doc: str) -> LoopCounter:
+            return loop.counter(name, doc, **m)
 
         def seconds(name: str, doc: str) -> _Latency:
-            hist = LoopHistogram(SECONDS)
-            histograms.add(name, doc, m, hist)
-            return _Latency(LatencyWindow(name, doc), hist)
+            return _Latency(LatencyWindow(), loop.histogram(name, doc, SECONDS, **m))
 
         self.requests = count("azserve_requests", "Eval requests served")
         self.rows = count("azserve_rows", "Positions evaluated")
         self.batches = count("azserve_batches", "Batches run")
         self.dropped = count("azserve_dropped", "Messages dropped (unattributable)")
-        replies_dropped = Counter(
-            "azserve_replies_dropped",
-            "Replies not sent, by reason: full (the peer's queue held server.max_queued_replies "
-            "unread replies), gone (the peer had disconnected) or error (the send failed)",
-            ["model", "reason"],
-            registry=reg,
-        )
         self.replies_dropped = {
-            reason: _Count(replies_dropped.labels(model=model, reason=reason))
+            reason: loop.counter(
+                "azserve_replies_dropped",
+                "Replies not sent, by reason: full (the peer's queue held "
+                "server.max_queued_replies unread replies), gone (the peer had disconnected) "
+                "or error (the send failed)",
+                **m,
+                reason=reason,
+            )
             for reason in ("full", "gone", "error")
         }
         self.busy = count("azserve_compute_busy_seconds", "Seconds with a batch computing")
@@ -101,16 +87,10 @@ class ServerMetrics:
         self.loads_refused = count(
             "azserve_loads_refused", "Weight loads refused: not from the learner's key"
         )
-        self.errors = Tally("azserve_error_replies", "")  # the status reply's total; see error()
-        self._errors = Counter(
-            "azserve_error_replies", "Error replies sent, by wire error type", ["model", "type"],
-            registry=reg,
-        )  # fmt: skip
+        self._errors: dict[str, LoopCounter] = {}  # wire error type -> count; see error()
+        loop.declare("counter", "azserve_error_replies", _ERRORS_DOC, ["model", "type"])
         self._model = model
-        self.batch = Histogram_("azserve_batch_size", "", BATCH_BOUNDS)
-        self._batch_prom = Histogram(
-            "azserve_batch_size", "Rows per batch", ["model"], buckets=BATCH_BOUNDS, registry=reg
-        ).labels(**m)
+        self.batch = loop.histogram("azserve_batch_size", "Rows per batch", BATCH_BOUNDS, **m)
         self.queue_delay = seconds("azserve_queue_delay_seconds", "Receipt to batch start")
         self.compute = seconds("azserve_compute_seconds", "Backend time per batch")
         self.latency = seconds("azserve_latency_seconds", "Receipt to reply, per request")
@@ -128,8 +108,20 @@ class ServerMetrics:
 
     def error(self, type_: str) -> None:
         """An error reply of wire type ``type_`` was sent (wire types are a fixed set)."""
-        self.errors.inc()
-        self._errors.labels(model=self._model, type=type_).inc()
+        c = self._errors.get(type_)
+        if c is None:
+            c = self._errors[type_] = self._loop.counter(
+                "azserve_error_replies",
+                _ERRORS_DOC,
+                model=self._model,
+                type=type_,
+            )
+        c.inc()
+
+    @property
+    def errors(self) -> int:
+        """Error replies sent, all types."""
+        return int(sum(c.value for c in self._errors.values()))
 
     def render(self) -> str:
         """The Prometheus text of every server metric."""
@@ -158,7 +150,6 @@ class ServerMetrics:
         self.compute.observe(compute_s * 1e3)
         self.batches.inc()
         self.batch.observe(rows)
-        self._batch_prom.observe(rows)
         self.rows.inc(rows)
 
     def counters(self) -> dict[str, Any]:
@@ -171,7 +162,7 @@ class ServerMetrics:
             "batch_hist": dict(
                 zip([str(b) for b in self.batch.bounds] + ["inf"], self.batch.counts)
             ),
-            "errors": int(self.errors.value),
+            "errors": self.errors,
             "dropped": int(self.dropped.value),
             "replies_dropped": {k: int(c.value) for k, c in self.replies_dropped.items()},
             "busy_s": self.busy_seconds(time.monotonic()),
@@ -191,7 +182,7 @@ class ServerMetrics:
             f"rows/s {rows_s:,.0f}  req/s {req_s:,.0f}  batch {self.batch.mean():.1f}  "
             f"busy {busy:.0%}  queued {queued_rows}  p50 {lat[50]:.1f} ms  p99 {lat[99]:.1f} ms  "
             f"versions {resident} latest {latest}  "
-            f"errors {int(self.errors.value)} dropped {int(self.dropped.value)}  "
+            f"errors {self.errors} dropped {int(self.dropped.value)}  "
             f"replies dropped {sum(int(c.value) for c in self.replies_dropped.values())}"
             + (f"  {c.line()}" if (c := self._cache()) is not None else "")
         )
