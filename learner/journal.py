@@ -3,8 +3,12 @@
 Replay lives in memory, so without a journal a learner killed between two checkpoints loses
 games it has acked (the actors will not resend them). The receiver hands each accepted
 trajectory to the learner before acking it; the learner appends it here first, flushed to the
-kernel (it survives the process being killed; ``fsync`` at each rotation bounds what a host
-crash can take).
+kernel, so it survives the process being killed. A host crash (power, kernel) loses what the
+kernel had not yet written: the journal fsyncs by group commit, at most every
+``learner.journal_sync_ms`` (``sync_due``, called after each append and by the learner's
+timer), so a host crash loses at most that window of acked games, plus one fsync's time; 0
+fsyncs every game before its ack (nothing acked is lost, at a measured cost:
+scripts/journal_sync_cost.py, docs/reliability.md). Rotation and close always fsync.
 
 The journal is one file per segment, ``seg-NNNNNNNNN.azt`` (``azserve.trajfile`` format),
 numbered in order. A segment starts at every checkpoint, and the checkpoint records the number
@@ -20,6 +24,7 @@ import contextlib
 import logging
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -41,11 +46,18 @@ Record = tuple[Trajectory, np.ndarray, np.ndarray, np.ndarray]
 class Journal:
     """Append-only segments in ``directory``."""
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], sync_ms: float | None = 100.0) -> None:
         self.dir = Path(directory)
         self._file: BinaryIO | None = None
         self.segment: int | None = None
         """The number of the open segment."""
+        self.sync_s = None if sync_ms is None else sync_ms / 1e3
+        """Group-commit window (0: fsync every append; None: only at rotation and close)."""
+        self.unsynced = 0
+        """Records appended since the last fsync."""
+        self.syncs = 0
+        """fsyncs made (group commits, rotations and closes)."""
+        self._synced_at = time.monotonic()
 
     def segments(self) -> list[tuple[int, Path]]:
         """(number, path) of every segment, oldest first."""
@@ -94,6 +106,9 @@ class Journal:
         try:
             write_record(self._file, traj, obs, policy, outcome)
             self._file.flush()
+            self.unsynced += 1
+            if self.sync_s == 0:
+                self._fsync()
         except OSError:
             # A torn record may be on disk: what follows goes to a new segment, so the reader,
             # which stops a segment at a torn record, loses nothing written after it.
@@ -102,11 +117,32 @@ class Journal:
             self._file = None
             raise
 
+    def sync_due(self, now: float) -> bool:
+        """fsync the open segment if it holds unsynced records and the group-commit window
+        has passed since the last fsync; True when it did. ``OSError`` propagates (the caller
+        logs it: the records stay flushed to the kernel, and the next call retries)."""
+        if (
+            self.sync_s is None
+            or not self.unsynced
+            or self._file is None
+            or now - self._synced_at < self.sync_s
+        ):
+            return False
+        self._fsync()
+        return True
+
+    def _fsync(self) -> None:
+        assert self._file is not None
+        os.fsync(self._file.fileno())
+        self.syncs += 1
+        self.unsynced = 0
+        self._synced_at = time.monotonic()
+
     def close(self) -> None:
         if self._file is not None:
             try:
                 self._file.flush()
-                os.fsync(self._file.fileno())
+                self._fsync()
             except OSError as exc:  # a full disk: what could not be written was never acked
                 log.error("journal segment could not be synced: %s", exc)
             self._file.close()

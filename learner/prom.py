@@ -30,6 +30,11 @@ class LearnerCollector:
             "azserve_learner_trajectories_rejected": ("Malformed games refused", rx.rejected),
             "azserve_learner_train_seconds": ("Seconds spent in training steps", lrn.train_s),
             "azserve_learner_wait_seconds": ("Seconds spent waiting for data", lrn.wait_s),
+            "azserve_learner_journal_fsyncs": ("Journal fsyncs (group commits)", lrn.journal.syncs),
+            "azserve_learner_journal_sync_failures": (
+                "Journal fsyncs that failed",
+                lrn.journal_sync_failures,
+            ),
             "azserve_learner_checkpoint_failures": (
                 "Checkpoints that could not be written",
                 lrn.checkpoint_failures,

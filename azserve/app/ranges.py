@@ -117,6 +117,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "learner.max_message_bytes": (1024, INF),
     "learner.close_linger_ms": (0, 60_000),
     "learner.bind_retry_s": (0.0, INF),
+    "learner.journal_sync_ms": (0.0, 60_000.0),
     "learner.metrics_port": PORT,
     "train.minutes": (0.0, INF),
     "train.steps": (0, INF),
