@@ -36,11 +36,12 @@ def hashed(dtype: Any = np.float32, value_type: Any = np.float32, spread: float 
 
 
 def _actions(obs: np.ndarray) -> int:
-    return ACTIONS[obs.shape]
+    return ACTIONS[obs.shape[-2:]]
 
 
-ACTIONS = {(2, 6, 7): 7, (2, 3, 3): 9, (2, 8, 8): 65, (4, 9, 9): 82}
-"""The policy width of each game's planes (Connect Four, tic-tac-toe, Othello, Go 9x9)."""
+ACTIONS = {(6, 7): 7, (3, 3): 9, (8, 8): 65, (9, 9): 82}
+"""The policy width of each game's board (Connect Four, tic-tac-toe, Othello, Go 9x9), by
+its planes' height and width (callers may add planes: tests/test_searchpool.py)."""
 
 
 CONFIGS = {
