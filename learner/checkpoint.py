@@ -160,6 +160,31 @@ def prune_checkpoints(
     return removed
 
 
+def trainer_state_to_bytes(trainer_state: dict[str, Any]) -> bytes:
+    """``Trainer.state_dict()`` as safetensors bytes (the checkpoint's layout, no file): how
+    a data-parallel learner's rank 0 hands every rank the same state (learner/distributed.py)."""
+    tensors = {f"model.{k}": v for k, v in trainer_state["model"].items()}
+    rest = {k: v for k, v in trainer_state.items() if k != "model"}
+    tree = _encode(rest, [], tensors)
+    return state_dict_to_bytes(tensors, {"format": FORMAT, "state": json.dumps(tree)})
+
+
+def trainer_state_from_bytes(data: bytes) -> dict[str, Any]:
+    """The state ``trainer_state_to_bytes`` wrote, as ``Trainer.load_state_dict`` takes it."""
+    from safetensors.torch import load
+
+    tensors = load(data)
+    state = _decode(json.loads(_metadata_of(data)["state"]), tensors)
+    state["model"] = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
+    return state
+
+
+def _metadata_of(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of safetensors bytes (its JSON header)."""
+    n = int.from_bytes(data[:8], "little")
+    return dict(json.loads(data[8 : 8 + n]).get("__metadata__") or {})
+
+
 def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     """Read a checkpoint written by ``save_checkpoint``; raises ``WeightsError`` if unreadable."""
     p = Path(path)

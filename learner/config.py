@@ -173,6 +173,16 @@ class LearnerConfig:
     bind_retry_s: float = 2.0
     """Keep retrying a bind that finds the address in use this long: ZeroMQ releases a closed
     socket's address asynchronously, so a receiver restarted on the same endpoint may wait."""
+    processes: int = 1
+    """Ranks of a data-parallel learner (learner/distributed.py): rank 0 receives, keeps the
+    replay, checkpoints and publishes; every rank trains on its shard of each global batch
+    (``trainer.batch_size`` must divide by it). 1: one process, as before."""
+    rendezvous: str = ""
+    """Where the ranks meet (``tcp://host:port``, rank 0's host); empty: a free loopback port
+    of rank 0's host, for ranks on one host."""
+    rank_timeout_s: float = 120.0
+    """How long a collective waits for a silent rank before the group gives up (a rank that
+    dies is seen at once; this bounds a hung one)."""
     journal_sync_ms: float = 100.0
     """Group commit of the journal: fsync at most this often (ms), so that a host crash loses
     at most this window of acked games; 0 fsyncs every game before its ack (about 1 ms each

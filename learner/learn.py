@@ -20,6 +20,7 @@ import torch
 from actors.games import make_game
 from azserve.errors import ComponentFailed, ConfigError, WeightsError
 from azserve.metrics import RateMeter, bottleneck
+from azserve.model.device import resolve_device
 from azserve.model.weights import load_weights_file, state_dict_to_bytes
 from azserve.prom import start_endpoint
 from learner.checkpoint import (
@@ -28,13 +29,16 @@ from learner.checkpoint import (
     load_checkpoint,
     newest_readable_checkpoint,
     save_checkpoint,
+    trainer_state_from_bytes,
+    trainer_state_to_bytes,
 )
 from learner.config import LearnerSettings
+from learner.distributed import PING, STEP, STOP, RankGroup
 from learner.journal import Journal
 from learner.prom import learner_registry
 from learner.publisher import Publisher
 from learner.receiver import DuplicateFilter, TrajectoryReceiver
-from learner.replay import Replay
+from learner.replay import Batch, Replay
 from learner.runlog import RunLog
 from learner.trainer import Trainer
 from learner.versions import VersionCounter
@@ -45,8 +49,16 @@ log = logging.getLogger("learner")
 class Learner:
     """One learner; ``await run(stop)`` until ``stop`` is set or ``max_steps`` is reached."""
 
-    def __init__(self, cfg: LearnerSettings, run_dir: str | Path, resume: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: LearnerSettings,
+        run_dir: str | Path,
+        resume: bool = False,
+        group: RankGroup | None = None,
+    ) -> None:
         self.cfg = cfg
+        self.group = group
+        """Rank 0 of a data-parallel group (learner/distributed.py), or None: one process."""
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / cfg.checkpoint.dir
         if not cfg.learner.servers:
@@ -59,7 +71,7 @@ class Learner:
             )
         if cfg.learner.threads > 0:
             torch.set_num_threads(cfg.learner.threads)
-        self.trainer = Trainer(cfg.net, cfg.trainer, symmetries=game.symmetries)
+        self.trainer = Trainer(cfg.net, cfg.trainer, symmetries=game.symmetries, group=group)
         self.versions = VersionCounter(cfg.trainer.publish_every)
         self._lost_checkpoints = 0
         self._journal_from = 0
@@ -74,6 +86,11 @@ class Learner:
         """Moves played in the stored games; ``positions`` of them were recorded."""
         if resume:
             self._resume()
+        if group is not None:  # every rank starts from this state: the resumed checkpoint's
+            group.broadcast_bytes(trainer_state_to_bytes(self.trainer.state_dict()))
+            shard = cfg.trainer.batch_size // group.world
+            self._shard_shapes = shard_shapes(cfg, shard)
+            self._controlled = time.monotonic()
         self.replay = Replay(cfg.replay, cfg.net.obs_shape, cfg.net.num_actions)
         self.replay.set_current_version(self.versions.current)
         # Every accepted game is journaled before it is acked (learner/journal.py).
@@ -210,6 +227,8 @@ class Learner:
                 metrics.close()
             await self.receiver.aclose()
             await self.publisher.aclose()
+            if self.group is not None:
+                await asyncio.get_running_loop().run_in_executor(self._pool, self._stop_ranks)
             self._pool.shutdown(wait=True)
             self.runlog.close()
             self.journal.close()
@@ -237,10 +256,12 @@ class Learner:
                 for w in waiters:
                     w.cancel()
                 self.wait_s += time.monotonic() - t0
+                if self.group is not None and self._ping_due():
+                    await loop.run_in_executor(self._pool, self.group.send_control, PING)
                 continue
             batch = self.replay.sample(bs, self.trainer.rng)
             t0 = time.monotonic()
-            self.last = await loop.run_in_executor(self._pool, self.trainer.step, batch)
+            self.last = await loop.run_in_executor(self._pool, self._step, batch)
             self.train_s += time.monotonic() - t0
             self._step_seconds.observe(time.monotonic() - t0)
             step = self.trainer.step_count
@@ -261,6 +282,37 @@ class Learner:
                 ):
                     self._unsaved = False
                     await _unless_stopped(self._publish(), stop)
+
+    def _step(self, batch: Batch) -> dict[str, float]:
+        """One update (on the step thread): alone, or as rank 0 of the group, which augments
+        the global batch, sends every rank its shard and the learning rate, and trains its own
+        shard while the others train theirs."""
+        if self.group is None:
+            return self.trainer.step(batch)
+        whole = self.trainer.prepare(batch)
+        lr = self.trainer.lr()
+        self.group.send_control(STEP, lr)
+        self._controlled = time.monotonic()
+        shard = self.group.scatter_batch(whole, self._shard_shapes)
+        return self.trainer.step(shard, lr=lr, prepared=True)
+
+    def _ping_due(self) -> bool:
+        """Rank 0 waits for data: the other ranks hear from it well within their timeout."""
+        assert self.group is not None
+        if time.monotonic() - self._controlled < self.cfg.learner.rank_timeout_s / 4:
+            return False
+        self._controlled = time.monotonic()
+        return True
+
+    def _stop_ranks(self) -> None:
+        """The other ranks exit; then this one leaves the group."""
+        if self.group is None:
+            return
+        try:
+            self.group.send_control(STOP)
+        except RuntimeError as exc:  # a rank is gone already: the group is broken anyway
+            log.warning("ranks not told to stop: %s", exc)
+        self.group.close()
 
     async def _skip_past_servers(self) -> None:
         """After resuming past unreadable checkpoints, servers may hold versions newer than
@@ -487,3 +539,33 @@ async def _unless_stopped(work: Any, stop: asyncio.Event) -> None:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def shard_shapes(
+    cfg: LearnerSettings, rows: int
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """The (obs, policy, outcome) shapes of a rank's shard of ``rows`` positions."""
+    return (rows, *cfg.net.obs_shape), (rows, cfg.net.num_actions), (rows,)
+
+
+def run_rank(cfg: LearnerSettings, rank: int, rendezvous: str) -> int:
+    """A data-parallel rank > 0 (``azserve learn --rank R``): join the group, take rank 0's
+    training state, then train a shard of every global batch until rank 0 says stop.
+    Returns 0 on STOP; a broken group raises (the process exits non-zero)."""
+    if cfg.learner.threads > 0:
+        torch.set_num_threads(cfg.learner.threads)
+    device = resolve_device(cfg.trainer.device, "trainer.device")
+    group = RankGroup(rank, cfg.learner.processes, rendezvous, device, cfg.learner.rank_timeout_s)
+    try:
+        trainer = Trainer(cfg.net, cfg.trainer, symmetries=None, group=group)
+        trainer.load_state_dict(trainer_state_from_bytes(group.broadcast_bytes(None)))
+        shapes = shard_shapes(cfg, cfg.trainer.batch_size // group.world)
+        while True:
+            word, lr = group.recv_control()
+            if word == STOP:
+                log.info("rank %d: stopped by rank 0 at step %d", rank, trainer.step_count)
+                return 0
+            if word == STEP:
+                trainer.step(group.scatter_batch(None, shapes), lr=lr, prepared=True)
+    finally:
+        group.close()

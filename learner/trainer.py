@@ -20,6 +20,7 @@ from azserve.model.device import native_bf16, resolve_device
 from azserve.model.network import build_net
 from azserve.model.spec import NetConfig
 from learner.config import TrainerConfig
+from learner.distributed import RankGroup, globalize_batchnorm
 from learner.loss import Symmetries, alphazero_loss, augment, l2_penalty
 from learner.replay import Batch
 
@@ -71,9 +72,15 @@ class Trainer:
     """
 
     def __init__(
-        self, net_cfg: NetConfig, cfg: TrainerConfig, symmetries: Symmetries | None = None
+        self,
+        net_cfg: NetConfig,
+        cfg: TrainerConfig,
+        symmetries: Symmetries | None = None,
+        group: RankGroup | None = None,
     ) -> None:
         check_run_clock(cfg)
+        self.group = group
+        """The data-parallel group this trainer is one rank of (None: alone)."""
         self.net_cfg = net_cfg
         self.cfg = cfg
         self.device = resolve_device(cfg.device, "trainer.device")
@@ -82,6 +89,8 @@ class Trainer:
         self._format = torch.channels_last if cfg.channels_last else torch.contiguous_format
         if cfg.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        if group is not None:
+            globalize_batchnorm(self.model)  # batch statistics of the global batch
         self._symmetries = symmetries if cfg.augment else None
         self.rng = np.random.default_rng(cfg.seed)
         self.step_count = 0
@@ -97,6 +106,11 @@ class Trainer:
                     "it is emulated and slower than float32; set trainer.amp='none'"
                 )
         self._scaler = torch.amp.GradScaler("cuda") if self._amp_dtype == torch.float16 else None
+        if self._scaler is not None and group is not None:
+            raise ConfigError(
+                "trainer.amp='fp16' with learner.processes > 1: the gradient scaler is per "
+                "process; use amp='bf16' for a data-parallel learner"
+            )
         # The usual practice: decay conv/linear weights, not biases or batch-norm parameters.
         self._decayed = [p for p in self.model.parameters() if p.ndim >= 2]
         rest = [p for p in self.model.parameters() if p.ndim < 2]
@@ -114,21 +128,37 @@ class Trainer:
                 groups, lr=cfg.lr, betas=(cfg.momentum, cfg.adam_beta2)
             )
 
-    def step(self, batch: Batch) -> dict[str, float]:
+    def prepare(self, batch: Batch) -> Batch:
+        """The batch as the update sees it: augmented by a random symmetry per sample."""
+        if self._symmetries is not None:
+            return augment(batch, self._symmetries, self.rng)
+        return batch
+
+    def lr(self) -> float:
+        """The learning rate of the next update."""
+        return lr_at(self.cfg, self.step_count)
+
+    def step(
+        self, batch: Batch, lr: float | None = None, prepared: bool = False
+    ) -> dict[str, float]:
         """One update on ``batch`` (uint8 obs, converted to float on the device).
 
-        Returns ``loss``, ``policy_loss``, ``value_loss``, ``l2``, ``grad_norm`` (before
-        clipping), ``lr``, ``step`` (after the update), ``step_ms``.
+        ``prepared``: ``batch`` has been through ``prepare`` already (a data-parallel rank's
+        shard of a global batch that rank 0 augmented); ``lr``: the learning rate rank 0 sent
+        (default: this trainer's schedule). Returns ``loss``, ``policy_loss``,
+        ``value_loss``, ``l2``, ``grad_norm`` (before clipping), ``lr``, ``step`` (after the
+        update), ``step_ms``; with a group, the losses are means over the ranks.
         """
         t0 = time.perf_counter()
-        if self._symmetries is not None:
-            batch = augment(batch, self._symmetries, self.rng)
+        if not prepared:
+            batch = self.prepare(batch)
         dev = self.device
         obs = torch.from_numpy(np.ascontiguousarray(batch.obs)).to(dev, non_blocking=True)
         obs = obs.float().contiguous(memory_format=self._format)
         target_pi = torch.from_numpy(np.ascontiguousarray(batch.policy)).to(dev, non_blocking=True)
         target_z = torch.from_numpy(np.ascontiguousarray(batch.outcome)).to(dev, non_blocking=True)
-        lr = lr_at(self.cfg, self.step_count)
+        if lr is None:
+            lr = lr_at(self.cfg, self.step_count)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
@@ -159,10 +189,15 @@ class Trainer:
             self._scaler.update()
         else:
             parts.total.backward()
+            if self.group is not None:  # the mean gradient of the global batch, on every rank
+                self.group.average_gradients(list(self.model.parameters()))
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
             self.optimizer.step()
         self.step_count += 1
-        out = torch.stack([parts.total, parts.policy, parts.value, parts.l2, grad_norm]).tolist()
+        losses = torch.stack([parts.total, parts.policy, parts.value]).detach()
+        if self.group is not None:
+            losses = self.group.mean(losses)
+        out = [*losses.tolist(), float(parts.l2), float(grad_norm)]
         return {
             "loss": out[0],
             "policy_loss": out[1],

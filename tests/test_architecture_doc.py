@@ -53,4 +53,6 @@ def test_every_module_is_in_the_floors_table() -> None:
 def test_the_floors_table_names_no_module_that_is_gone() -> None:
     have, doc = existing(), listed()
     stale = {root: sorted(doc[root] - have[root]) for root in ROOTS if doc[root] - have[root]}
-    assert not stale, f"docs/architecture.md's floors table names modules that do not exist: {stale}"
+    assert not stale, (
+        f"docs/architecture.md's floors table names modules that do not exist: {stale}"
+    )

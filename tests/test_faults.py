@@ -317,7 +317,10 @@ async def test_replies_a_peer_never_reads_are_dropped_past_the_bound(
         dropped = server.status()["replies_dropped"]
         assert dropped == {"full": 1200 - received, "gone": 0, "error": 0}, (received, dropped)
         text = server.metrics.render()
-        assert f'azserve_replies_dropped_total{{model="default",reason="full"}} {1200 - received}.0' in text
+        assert (
+            f'azserve_replies_dropped_total{{model="default",reason="full"}} {1200 - received}.0'
+            in text
+        )
     finally:
         peer.close()
         ctx.term()

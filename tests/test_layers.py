@@ -31,6 +31,7 @@ TORCH_ALLOWED = (
     "azserve.backends.triton_repo",
     "azserve.backends.triton_model.model",
     "learner.trainer",
+    "learner.distributed",  # the data-parallel group (torch.distributed)
     "learner.loss",
     "learner.checkpoint",
     "learner.learn",

@@ -28,6 +28,12 @@ def register(sub: Any, common: Common) -> None:
     p.add_argument(
         "--resume", action="store_true", help="continue from the last checkpoint in RUN_DIR"
     )
+    p.add_argument(
+        "--rank",
+        type=int_in(1, 255),
+        help="run as this rank (> 0) of a data-parallel learner, started by its rank 0",
+    )
+    p.add_argument("--rendezvous", help="where the ranks meet (tcp://host:port), with --rank")
     p.set_defaults(run=_learn)
 
     p = sub.add_parser("train", help="server, actors and learner on this machine")
@@ -275,18 +281,41 @@ def _actors(args: argparse.Namespace) -> int:
 
 
 def _learn(args: argparse.Namespace) -> int:
+    import signal
+
     import uvloop
 
     from azserve.app.schema import learner_settings, load_config, save_config
+    from azserve.errors import ConfigError
     from azserve.lifecycle import stop_on_signals
     from learner.learn import Learner
 
     cfg = load_config(args.config, args.overrides)
-    save_config(cfg, Path(args.run_dir) / "learner-config.toml")
+    settings = learner_settings(cfg)
+    if args.rank is not None:  # a rank > 0 of a data-parallel learner
+        from learner.learn import run_rank
+
+        if not args.rendezvous:
+            raise ConfigError("--rank needs --rendezvous (rank 0 passes both)")
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # rank 0 stops the group
+        return run_rank(settings, args.rank, args.rendezvous)
+    saved = save_config(cfg, Path(args.run_dir) / "learner-config.toml")
+    world = cfg.learner.processes
+    ranks: list[Any] = []
 
     async def main() -> None:
         stop = stop_on_signals()
-        learner = Learner(learner_settings(cfg), args.run_dir, resume=args.resume)
+        group = None
+        if world > 1:
+            from azserve.app.ranks import loopback_rendezvous, start_ranks
+            from azserve.model.device import resolve_device
+            from learner.distributed import RankGroup
+
+            rendezvous = cfg.learner.rendezvous or loopback_rendezvous()
+            ranks.extend(start_ranks(saved, args.run_dir, world, rendezvous, args.log_level))
+            device = resolve_device(cfg.trainer.device, "trainer.device")
+            group = RankGroup(0, world, rendezvous, device, cfg.learner.rank_timeout_s)
+        learner = Learner(settings, args.run_dir, resume=args.resume, group=group)
         await learner.run(stop)
         print(f"checkpoint: {learner.checkpoint_now()}", flush=True)
 
@@ -295,6 +324,11 @@ def _learn(args: argparse.Namespace) -> int:
     except OSError as exc:  # the stop checkpoint could not be written (disk full)
         print(f"azserve learn: final checkpoint not written: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if ranks:
+            from azserve.app.ranks import stop_ranks
+
+            stop_ranks(ranks)
     return 0
 
 

@@ -118,6 +118,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "learner.close_linger_ms": (0, 60_000),
     "learner.bind_retry_s": (0.0, INF),
     "learner.journal_sync_ms": (0.0, 60_000.0),
+    "learner.processes": (1, 256),
+    "learner.rank_timeout_s": (1.0, 86_400.0),
     "learner.metrics_port": PORT,
     "train.minutes": (0.0, INF),
     "train.steps": (0, INF),

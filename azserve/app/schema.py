@@ -128,6 +128,17 @@ class Config:
                 f"backend.keep_versions={self.backend.keep_versions} is below server.max_versions="
                 f"{self.server.max_versions}: Triton would drop versions games are pinned to"
             )
+        if self.trainer.batch_size % self.learner.processes:
+            raise ConfigError(
+                f"learner.processes={self.learner.processes}: trainer.batch_size="
+                f"{self.trainer.batch_size} must divide by it (each rank trains an equal shard "
+                "of the global batch)"
+            )
+        if self.learner.processes > 1 and self.trainer.amp == "fp16":
+            raise ConfigError(
+                f"learner.processes={self.learner.processes} with trainer.amp='fp16': the "
+                "gradient scaler is per process; use 'bf16' or 'none'"
+            )
         if self.client.max_rows > self.server.max_batch_size:
             raise ConfigError(
                 f"client.max_rows={self.client.max_rows} exceeds server.max_batch_size="

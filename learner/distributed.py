@@ -1,0 +1,202 @@
+"""A data-parallel learner: ``learner.processes = N`` ranks of one torch.distributed group
+(gloo on a CPU, NCCL on CUDA) train one model on one global batch.
+
+Rank 0 is the learner (``learner.learn.Learner``): it receives every trajectory, holds the
+replay, samples the global batch of ``trainer.batch_size`` rows, augments it, and hands each
+rank its shard of ``batch_size / N`` rows. Each rank computes the loss and gradients of its
+shard; the gradients are averaged across ranks before the update, and batch normalisation
+uses the statistics of the whole global batch (``GlobalBatchNorm2d``), so N ranks make the
+update one process makes on the whole batch (tests/test_learner_ranks.py checks it, within
+float tolerance). Freshness and reuse are counted once, on rank 0's replay, so they hold
+globally by construction. Only rank 0 checkpoints, publishes and numbers versions.
+
+The wire between ranks is torch.distributed's collectives only: a control broadcast each step
+(``STEP`` with the learning rate, ``PING`` while rank 0 waits for data, ``STOP``), a scatter of
+the shards, the gradient all-reduce; at start rank 0 broadcasts its whole training state as
+safetensors bytes (never a pickle), so every rank resumes from the same checkpoint.
+
+A rank that dies breaks the group: the others' next collective fails (or times out after
+``learner.rank_timeout_s``), rank 0 raises, and the process that runs the learner exits
+non-zero, so its supervisor (``azserve train``, ``azserve launch``) restarts the group from
+the newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from learner.replay import Batch
+
+log = logging.getLogger("learner.distributed")
+
+STOP, STEP, PING = 0.0, 1.0, 2.0
+"""Control words of the per-step broadcast."""
+
+
+class RankGroup:
+    """This process's membership of the learner's group."""
+
+    def __init__(
+        self, rank: int, world: int, rendezvous: str, device: torch.device, timeout_s: float
+    ) -> None:
+        self.rank, self.world = rank, world
+        self.device = device
+        self.backend = "nccl" if device.type == "cuda" else "gloo"
+        # Collectives move tensors on the device NCCL runs on; gloo's live on the CPU.
+        self.comm_device = device if self.backend == "nccl" else torch.device("cpu")
+        dist.init_process_group(
+            self.backend,
+            init_method=rendezvous,
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        log.info("rank %d of %d joined %s (%s)", rank, world, rendezvous, self.backend)
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # --- control ---------------------------------------------------------------------------
+
+    def send_control(self, word: float, lr: float = 0.0) -> None:
+        """Rank 0: the next command for every rank."""
+        dist.broadcast(torch.tensor([word, lr], dtype=torch.float64, device=self.comm_device), 0)
+
+    def recv_control(self) -> tuple[float, float]:
+        """Rank > 0: wait for rank 0's next command."""
+        t = torch.zeros(2, dtype=torch.float64, device=self.comm_device)
+        dist.broadcast(t, 0)
+        return float(t[0]), float(t[1])
+
+    # --- state -----------------------------------------------------------------------------
+
+    def broadcast_bytes(self, data: bytes | None) -> bytes:
+        """Rank 0 gives ``data``; every rank returns it."""
+        n = torch.tensor([len(data) if data is not None else 0], dtype=torch.int64)
+        n = n.to(self.comm_device)
+        dist.broadcast(n, 0)
+        if self.rank == 0:
+            assert data is not None
+            buf = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.comm_device)
+        else:
+            buf = torch.empty(int(n.item()), dtype=torch.uint8, device=self.comm_device)
+        dist.broadcast(buf, 0)
+        return data if self.rank == 0 and data is not None else bytes(buf.cpu().numpy())
+
+    # --- the shards ------------------------------------------------------------------------
+
+    def scatter_batch(self, batch: Batch | None, shapes: tuple[tuple[int, ...], ...]) -> Batch:
+        """Rank 0 gives the global ``batch`` (rows divisible by the world); every rank gets
+        its shard. ``shapes``: the shard's (obs, policy, outcome) shapes."""
+        out = []
+        for i, (shape, dtype) in enumerate(
+            zip(shapes, (torch.uint8, torch.float32, torch.float32))
+        ):
+            mine = torch.empty(shape, dtype=dtype, device=self.comm_device)
+            parts = None
+            if self.rank == 0:
+                assert batch is not None
+                whole = torch.from_numpy(
+                    np.ascontiguousarray((batch.obs, batch.policy, batch.outcome)[i])
+                )
+                parts = [p.contiguous().to(self.comm_device) for p in whole.chunk(self.world)]
+            dist.scatter(mine, parts, src=0)
+            out.append(mine.cpu().numpy())
+        # Versions stay with rank 0's replay (freshness is counted there); a shard needs none.
+        version = np.zeros(len(out[2]), np.int64)
+        return Batch(obs=out[0], policy=out[1], outcome=out[2], version=version)
+
+    def average_gradients(self, params: list[nn.Parameter]) -> None:
+        """Every rank's gradients replaced by their mean over the ranks (one all-reduce)."""
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads]).to(self.comm_device)
+        dist.all_reduce(flat)
+        flat /= self.world
+        offset = 0
+        for g in grads:
+            n = g.numel()
+            g.copy_(flat[offset : offset + n].view_as(g))
+            offset += n
+
+    def mean(self, values: torch.Tensor) -> torch.Tensor:
+        """The mean over the ranks of a small tensor (losses for the metrics rows)."""
+        t = values.detach().to(self.comm_device, torch.float64).clone()
+        dist.all_reduce(t)
+        return t / self.world
+
+
+class _SumOverRanks(torch.autograd.Function):
+    """y = the sum of x over the ranks; the gradient of x is the sum of y's gradients over
+    the ranks (every rank's loss depends on every rank's x through y)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        dist.all_reduce(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        g = grad.clone()
+        dist.all_reduce(g)
+        return g
+
+
+class GlobalBatchNorm2d(nn.BatchNorm2d):
+    """``BatchNorm2d`` whose training statistics are those of the global batch: the
+    per-channel sums and sums of squares are all-reduced (differentiably, so gradients flow
+    through them as through one process's batch norm). The same parameters and buffers as
+    ``BatchNorm2d`` (a state dict loads either way); with no group, or in eval mode, it is
+    ``BatchNorm2d``. torch's ``SyncBatchNorm`` does this on GPUs only."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or not dist.is_initialized() or dist.get_world_size() == 1:
+            return super().forward(x)
+        c = self.num_features
+        xf = x.float()
+        count = torch.tensor([float(xf.shape[0] * xf.shape[2] * xf.shape[3])], device=x.device)
+        stats = torch.cat([xf.sum(dim=(0, 2, 3)), (xf * xf).sum(dim=(0, 2, 3)), count])
+        stats = _SumOverRanks.apply(stats)
+        total = stats[2 * c]
+        mean = stats[:c] / total
+        var = (stats[c : 2 * c] / total - mean * mean).clamp_min(0.0)
+        if self.track_running_stats and self.running_mean is not None:
+            with torch.no_grad():
+                assert self.num_batches_tracked is not None and self.running_var is not None
+                self.num_batches_tracked.add_(1)
+                momentum = (
+                    1.0 / float(self.num_batches_tracked)
+                    if self.momentum is None
+                    else self.momentum
+                )
+                unbiased = var * (total / (total - 1).clamp_min(1.0))
+                self.running_mean.mul_(1 - momentum).add_(mean.detach(), alpha=momentum)
+                self.running_var.mul_(1 - momentum).add_(unbiased.detach(), alpha=momentum)
+        y = (xf - mean[None, :, None, None]) * torch.rsqrt(var + self.eps)[None, :, None, None]
+        if self.affine:
+            y = y * self.weight[None, :, None, None] + self.bias[None, :, None, None]
+        return y.to(x.dtype)
+
+
+def globalize_batchnorm(model: nn.Module) -> int:
+    """Turn every ``BatchNorm2d`` of ``model`` into a ``GlobalBatchNorm2d`` in place (the same
+    parameters and buffers); returns how many."""
+    n = 0
+    for m in model.modules():
+        if type(m) is nn.BatchNorm2d:
+            m.__class__ = GlobalBatchNorm2d
+            n += 1
+    return n
+
+
+__all__ = ["PING", "STEP", "STOP", "GlobalBatchNorm2d", "RankGroup", "globalize_batchnorm"]
