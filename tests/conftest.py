@@ -10,6 +10,7 @@ import contextlib
 import importlib.util
 import os
 import socket
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
@@ -367,3 +368,26 @@ def load_script(name: str) -> Any:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+QUICK_TRAIN_SETS = (
+    "trainer.publish_every=10",
+    "trainer.batch_size=64",
+    "eval.match_games=2",
+    "eval.match_sims=4",
+    "train.eval_every_s=0",
+    "server.metrics_port=0",
+    "learner.metrics_port=0",
+    "actors.metrics_port=0",
+)
+"""A short `azserve train` for tests: small batches, frequent versions, a token evaluation,
+no metrics ports."""
+
+
+def quick_train_argv(config: str, run_dir: Path, *sets: str) -> list[str]:
+    """``azserve train --config CONFIG --run-dir RUN_DIR --no-progress`` with
+    ``QUICK_TRAIN_SETS`` and ``sets`` (later ones win); budgets are the caller's to add."""
+    script = Path(sys.executable).with_name("azserve")
+    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.app.cli"]
+    argv = [*head, "train", "--config", config, "--run-dir", str(run_dir), "--no-progress"]
+    return argv + [a for s in (*QUICK_TRAIN_SETS, *sets) for a in ("--set", s)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 from actors.games import make_game
 from azserve.app.schema import load_config
 from learner.checkpoint import latest_checkpoint, load_checkpoint
+from tests.conftest import quick_train_argv
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,21 +59,8 @@ def test_the_file_loads_by_path_and_plays_by_the_contract(
 
 @pytest.mark.slow
 def test_the_one_file_game_trains(nim_dir: Path) -> None:
-    script = Path(sys.executable).with_name("azserve")
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.app.cli"]
     run_dir = nim_dir / "run"
-    sets = [
-        "trainer.publish_every=10",
-        "trainer.batch_size=64",
-        "eval.match_games=2",
-        "eval.match_sims=4",
-        "train.eval_every_s=0",
-        "server.metrics_port=0",
-        "learner.metrics_port=0",
-        "actors.metrics_port=0",
-    ]
-    argv = [*head, "train", "--config", "nim.toml", "--run-dir", str(run_dir), "--steps", "40"]
-    argv += ["--no-progress", *[a for s in sets for a in ("--set", s)]]
+    argv = [*quick_train_argv("nim.toml", run_dir), "--steps", "40"]
     done = subprocess.run(argv, cwd=nim_dir, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ckpt = latest_checkpoint(run_dir / "checkpoints")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from tests.conftest import free_tcp_port
+from tests.conftest import free_tcp_port, quick_train_argv
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -125,22 +125,8 @@ def test_two_ranks_make_the_update_of_one_on_the_whole_batch(tmp_path: Path) -> 
 
 
 def train_argv(run_dir: Path, *extra: str) -> list[str]:
-    script = Path(sys.executable).with_name("azserve")
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.app.cli"]
-    sets = [
-        "learner.processes=2",
-        "trainer.batch_size=64",
-        "trainer.publish_every=10",
-        "replay.min_size=300",
-        "train.eval_every_s=0",
-        "eval.match_games=2",
-        "eval.match_sims=4",
-        "server.metrics_port=0",
-        "learner.metrics_port=0",
-        "actors.metrics_port=0",
-    ]
-    argv = [*head, "train", "--config", "tictactoe", "--run-dir", str(run_dir), "--no-progress"]
-    return argv + [a for s in [*sets, *extra] for a in ("--set", s)]
+    sets = ["learner.processes=2", "replay.min_size=300", *extra]
+    return quick_train_argv("tictactoe", run_dir, *sets)
 
 
 def versions_published(run_dir: Path) -> list[int]:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ pyspiel = pytest.importorskip("pyspiel")
 from actors.games import make_game  # noqa: E402
 from actors.mcts import MCTS, MCTSConfig  # noqa: E402
 from learner.checkpoint import latest_checkpoint  # noqa: E402
+from tests.conftest import quick_train_argv  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -91,24 +91,9 @@ async def test_the_python_search_finds_a_win() -> None:
 
 @pytest.mark.slow
 def test_an_openspiel_game_trains(tmp_path: Path) -> None:
-    script = Path(sys.executable).with_name("azserve")
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.app.cli"]
-    sets = [
-        'game="openspiel:tic_tac_toe"',
-        "trainer.publish_every=10",
-        "trainer.batch_size=64",
-        "replay.min_size=200",
-        "eval.match_games=2",
-        "eval.match_sims=4",
-        "train.eval_every_s=0",
-        "server.metrics_port=0",
-        "learner.metrics_port=0",
-        "actors.metrics_port=0",
-        "actors.games=32",
-    ]
     run_dir = tmp_path / "run"
-    argv = [*head, "train", "--config", "tictactoe", "--run-dir", str(run_dir), "--steps", "30"]
-    argv += ["--no-progress", *[a for s in sets for a in ("--set", s)]]
+    sets = ['game="openspiel:tic_tac_toe"', "replay.min_size=200", "actors.games=32"]
+    argv = [*quick_train_argv("tictactoe", run_dir, *sets), "--steps", "30"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert latest_checkpoint(run_dir / "checkpoints") is not None, done.stdout[-3000:]

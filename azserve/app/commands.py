@@ -11,11 +11,41 @@ from typing import Any
 Common = Callable[..., None]
 
 
+def checkpoint_arg(p: argparse.ArgumentParser, what: str = "weights or checkpoint") -> None:
+    """``--checkpoint``, required: a file or a run directory."""
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help=f"{what} (.safetensors), or a run directory (its newest checkpoint)",
+    )
+
+
+def sims_arg(p: argparse.ArgumentParser, per: str) -> None:
+    """``--sims``: MCTS simulations ``per`` what the command searches."""
+    from azserve.app.argtypes import int_in
+
+    p.add_argument("--sims", type=int_in(0, 1 << 20), help=f"MCTS simulations {per}")
+
+
+def budget_args(p: argparse.ArgumentParser) -> None:
+    """``--minutes``, ``--steps``, ``--games``: a run's budgets (``train`` and ``launch``)."""
+    from azserve.app.argtypes import float_in, int_in
+
+    p.add_argument(
+        "--minutes", type=float_in(0), help="time budget (overrides train.minutes; 0 = none)"
+    )
+    p.add_argument(
+        "--steps", type=int_in(0), help="learner step budget (overrides train.steps; 0 = none)"
+    )
+    p.add_argument(
+        "--games", type=int_in(0), help="self-play game budget (overrides train.games; 0 = none)"
+    )
+
+
 def register(sub: Any, common: Common) -> None:
     from actors.games import BUILTIN_GAMES
     from azserve.app.argtypes import float_in, int_in, log_level
 
-    sims = int_in(0, 1 << 20)
     games = tuple(BUILTIN_GAMES)
     p = sub.add_parser("actors", help="self-play actor process")
     common(p)
@@ -40,15 +70,7 @@ def register(sub: Any, common: Common) -> None:
     common(p)
     p.add_argument("--run-dir", required=True, help="output directory")
     p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR")
-    p.add_argument(
-        "--minutes", type=float_in(0), help="time budget (overrides train.minutes; 0 = none)"
-    )
-    p.add_argument(
-        "--steps", type=int_in(0), help="learner step budget (overrides train.steps; 0 = none)"
-    )
-    p.add_argument(
-        "--games", type=int_in(0), help="self-play game budget (overrides train.games; 0 = none)"
-    )
+    budget_args(p)
     p.add_argument(
         "--no-progress", action="store_true", help="plain log lines instead of the live table"
     )
@@ -98,28 +120,16 @@ def register(sub: Any, common: Common) -> None:
 
     p = sub.add_parser("analyze", help="JSON-lines analysis engine (stdin -> stdout)")
     common(p, config_required=False)
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        help="weights or checkpoint (.safetensors), or a run directory (its newest checkpoint)",
-    )
-    p.add_argument(
-        "--sims",
-        type=sims,
-        help="MCTS simulations per position (0 = raw policy; default eval.sims)",
-    )
+    checkpoint_arg(p)
+    sims_arg(p, "per position (0 = raw policy; default eval.sims)")
     p.add_argument("--game", choices=games, help="the game of plain weights (checkpoints know it)")
     p.add_argument("--input", default="-", help="input file ('-': stdin)")
     p.set_defaults(run=_analyze)
 
     p = sub.add_parser("play", help="play the agent in the terminal")
     common(p, config_required=False)
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        help="weights or checkpoint (.safetensors), or a run directory (its newest checkpoint)",
-    )
-    p.add_argument("--sims", type=sims, help="MCTS simulations per agent move (default eval.sims)")
+    checkpoint_arg(p)
+    sims_arg(p, "per agent move (default eval.sims)")
     p.add_argument("--game", choices=games, help="the game of plain weights (checkpoints know it)")
     p.add_argument("--first", choices=["human", "agent"], default="human", help="who moves first")
     p.set_defaults(run=_play)
@@ -133,16 +143,8 @@ def register(sub: Any, common: Common) -> None:
         "a match against uniform random play. Raw policy always, MCTS with --sims > 0.",
     )
     common(p, config_required=False)
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        help="weights or checkpoint (.safetensors), or a run directory (its newest checkpoint)",
-    )
-    p.add_argument(
-        "--sims",
-        type=sims,
-        help="MCTS simulations per move (0 = raw policy only; default eval.sims)",
-    )
+    checkpoint_arg(p)
+    sims_arg(p, "per move (0 = raw policy only; default eval.sims)")
     p.add_argument(
         "--positions",
         help="Connect Four benchmark positions, a move_scores.tsv (default eval.c4_positions)",
@@ -170,12 +172,8 @@ def register(sub: Any, common: Common) -> None:
         "clear_board, komi, play, genmove, undo, final_score (Tromp-Taylor), showboard, quit.",
     )
     common(p, config_required=False)
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        help="a Go checkpoint (.safetensors), or a run directory (its newest checkpoint)",
-    )
-    p.add_argument("--sims", type=sims, help="MCTS simulations per move (default eval.sims)")
+    checkpoint_arg(p, "a Go checkpoint")
+    sims_arg(p, "per move (default eval.sims)")
     p.set_defaults(run=_gtp)
 
     p = sub.add_parser(
@@ -186,18 +184,14 @@ def register(sub: Any, common: Common) -> None:
         "line (looked for on PATH, then /usr/games), or openspiel-mcts:SIMS.",
     )
     common(p, config_required=False)
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        help="weights or checkpoint (.safetensors), or a run directory (its newest checkpoint)",
-    )
+    checkpoint_arg(p)
     p.add_argument(
         "--opponent",
         required=True,
         help='a GTP engine\'s command line ("gnugo --mode gtp --level 1"), or openspiel-mcts:SIMS',
     )
     p.add_argument("--games", type=int_in(1, 100_000), default=40, help="games to play")
-    p.add_argument("--sims", type=sims, help="MCTS simulations per move (default eval.sims)")
+    sims_arg(p, "per move (default eval.sims)")
     p.add_argument(
         "--sample-moves",
         type=int_in(0, 1000),
@@ -241,15 +235,7 @@ def register(sub: Any, common: Common) -> None:
         "--run-dir", required=True, help="output directory, on this machine (as for train)"
     )
     p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR")
-    p.add_argument(
-        "--minutes", type=float_in(0), help="time budget (overrides train.minutes; 0 = none)"
-    )
-    p.add_argument(
-        "--steps", type=int_in(0), help="learner step budget (overrides train.steps; 0 = none)"
-    )
-    p.add_argument(
-        "--games", type=int_in(0), help="self-play game budget (overrides train.games; 0 = none)"
-    )
+    budget_args(p)
     p.add_argument(
         "--dry-run",
         action="store_true",

@@ -231,6 +231,10 @@ def describe(procs: list[RoleProc], commands: dict[str, list[str]]) -> str:
             edge = (
                 f"binds {p.config.learner.bind}, publishes to {', '.join(p.config.learner.servers)}"
             )
+            n = p.config.learner.processes
+            if n > 1:
+                meet = p.config.learner.rendezvous or "a free loopback port"
+                edge += f"; {n} data-parallel ranks on its node, meeting at {meet}"
         else:
             edge = f"evaluates on {p.config.client.server}, games to {p.config.actors.learner}"
         lines.append(f"{p.name:<24} on {where or 'any node'}: {edge}")
