@@ -100,3 +100,28 @@ def test_the_real_command_prints_json(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["connect4"]["positions"] == 20
     assert p.stderr.startswith("azserve eval: connect4, 0 sims")
+
+
+@pytest.mark.slow
+def test_eval_reproduces_the_training_runs_own_final_scores(tmp_path: Path) -> None:
+    """The scores a run's final evaluation wrote into eval.jsonl, and azserve eval of the same
+    checkpoint afterwards: the same numbers (one evaluator, deterministic search)."""
+    from tests.conftest import quick_train_argv
+
+    run_dir = tmp_path / "run"
+    argv = [*quick_train_argv("tictactoe", run_dir, "eval.sims=8"), "--steps", "30"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    final = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()][-1]
+    assert final["full"] is True
+    out = tmp_path / "scores.json"
+    p = subprocess.run(azserve_cmd("eval", "--checkpoint", str(run_dir), "--json", str(out)),
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    scores = json.loads(out.read_text())
+    assert (scores["step"], scores["version"], scores["sims"]) == (
+        final["step"],
+        final["version"],
+        8,
+    )
+    assert scores["tictactoe"] == final["tictactoe"]
