@@ -41,6 +41,8 @@ import numpy as np
 from actors.compiled_mcts import Compiled, CompiledGumbel, CompiledMCTS, step_many
 from actors.evalcache import EvalCache
 from actors.games import State
+from azserve.errors import ComponentFailed
+from azserve.lifecycle import Lifecycle
 
 log = logging.getLogger("actors.searchpool")
 
@@ -138,6 +140,11 @@ class SearchPool:
         self.store = cache.compiled if cache is not None else None
         """The cache's compiled store (``Cache.step``), or None: looked up once, not per round."""
         self._lanes: list[_Lane] = []
+        # Every lane task is an owner task: one that dies by raising fails the pool (its
+        # searches' futures get the error, and later searches are refused with it).
+        self.lifecycle = Lifecycle("search-pool")
+        self.lifecycle.begin_start()
+        self.lifecycle.started()
 
     @staticmethod
     def supports(search: Any) -> bool:
@@ -156,6 +163,7 @@ class SearchPool:
         """Start ``search`` from ``state`` on ``version``: a future of its result
         (``SearchResult`` or ``GumbelResult``), or of the evaluation's error. ``counter[0]``
         counts the leaves asked for (the search's evaluations, cache hits included)."""
+        self.lifecycle.check_running(ComponentFailed)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         job = _Job(search, version, fut, add_noise, sims, counter)
         try:
@@ -185,11 +193,14 @@ class SearchPool:
         return best
 
     async def aclose(self) -> None:
-        """Stop every lane (their searches' futures are cancelled)."""
+        """Stop every lane (their searches' futures are cancelled). A lane that died before
+        has failed the pool already (``lifecycle.error``), so its error is not lost here."""
+        self.lifecycle.begin_close()
         lanes, self._lanes = self._lanes, []
         for lane in lanes:
             lane.close()
         await asyncio.gather(*(lane.task for lane in lanes), return_exceptions=True)
+        self.lifecycle.closed()
 
     @property
     def lanes(self) -> int:
@@ -205,7 +216,7 @@ class _Lane:
         self._next: list[_Job] = []
         self._current: list[_Job] = []
         self._wake = asyncio.Event()
-        self.task = asyncio.create_task(self._run(), name=f"search-lane-{index}")
+        self.task = pool.lifecycle.spawn(self._run(), f"lane-{index}")
 
     def add(self, job: _Job) -> None:
         self.size += 1
@@ -216,6 +227,7 @@ class _Lane:
         self.task.cancel()
 
     async def _run(self) -> None:
+        error: BaseException | None = None
         try:
             while True:
                 if not self._next:
@@ -227,12 +239,20 @@ class _Lane:
                 # search before the next round goes out: without this yield each round missed
                 # them, about one search in sixteen at 16 simulations (rounds of 120 of 128).
                 await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bug in the lane: its searches fail with it
+            error = exc
+            raise
         finally:
             for job in [*self._current, *self._next]:
                 if job.fut.done() and not job.fut.cancelled():
                     continue  # finished: its game owns the tree again
                 job.tree.reset()
-                job.fut.cancel()
+                if error is None:
+                    job.fut.cancel()
+                elif not job.fut.done():
+                    job.fut.set_exception(ComponentFailed(f"search pool lane failed: {error!r}"))
 
     async def _round(self, jobs: list[_Job]) -> None:
         pool = self.pool

@@ -515,3 +515,29 @@ async def test_rounds_go_out_full_while_every_game_is_playing() -> None:
     assert lanes == 2
     # Rounds with a root are full too; only a game's last move leaves a gap until it restarts.
     assert sum(n == 8 for n in steady) >= 0.9 * len(steady), sorted(steady)[:20]
+
+
+async def test_a_lane_that_dies_fails_its_searches_and_the_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug in a lane (here: its round raises) is not swallowed: the lane's searches fail
+    with it, the pool's lifecycle holds it, and later searches are refused."""
+    from actors import searchpool
+    from azserve.errors import ComponentFailed
+
+    async def broken(self: Any, jobs: Any) -> None:
+        raise RuntimeError("a bug in the round")
+
+    monkeypatch.setattr(searchpool._Lane, "_round", broken)
+    pool = SearchPool(Client().evaluate, 8)
+    search = make_gumbel(C4, CONFIGS["gumbel"], np.random.default_rng(0))
+    fut = pool.search(search, C4.initial_state(), 3, True, 16)
+    with pytest.raises(ComponentFailed, match="a bug in the round"):
+        await fut
+    await asyncio.sleep(0)
+    assert isinstance(pool.lifecycle.error, RuntimeError) and pool.lifecycle.failed.is_set()
+    assert search.tree_nodes == 0  # its tree was reset
+    other = make_gumbel(C4, CONFIGS["gumbel"], np.random.default_rng(1))
+    with pytest.raises(ComponentFailed, match="search-pool is failed"):
+        pool.search(other, C4.initial_state(), 3, True, 16)
+    await pool.aclose()
