@@ -60,9 +60,17 @@ class RankGroup:
         )
         log.info("rank %d of %d joined %s (%s)", rank, world, rendezvous, self.backend)
 
-    def close(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    def close(self, broken: bool = False) -> None:
+        """Leave the group: a barrier first (unless ``broken``), so that no rank tears down
+        its side while another still talks to it (gloo aborts the process then)."""
+        if not dist.is_initialized():
+            return
+        if not broken:
+            try:
+                dist.barrier()
+            except RuntimeError as exc:  # a rank is gone: leave anyway
+                log.warning("rank %d: leaving a broken group: %s", self.rank, exc)
+        dist.destroy_process_group()
 
     # --- control ---------------------------------------------------------------------------
 

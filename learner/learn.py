@@ -312,6 +312,8 @@ class Learner:
             self.group.send_control(STOP)
         except RuntimeError as exc:  # a rank is gone already: the group is broken anyway
             log.warning("ranks not told to stop: %s", exc)
+            self.group.close(broken=True)
+            return
         self.group.close()
 
     async def _skip_past_servers(self) -> None:
@@ -556,6 +558,7 @@ def run_rank(cfg: LearnerSettings, rank: int, rendezvous: str) -> int:
         torch.set_num_threads(cfg.learner.threads)
     device = resolve_device(cfg.trainer.device, "trainer.device")
     group = RankGroup(rank, cfg.learner.processes, rendezvous, device, cfg.learner.rank_timeout_s)
+    stopped = False
     try:
         trainer = Trainer(cfg.net, cfg.trainer, symmetries=None, group=group)
         trainer.load_state_dict(trainer_state_from_bytes(group.broadcast_bytes(None)))
@@ -564,8 +567,9 @@ def run_rank(cfg: LearnerSettings, rank: int, rendezvous: str) -> int:
             word, lr = group.recv_control()
             if word == STOP:
                 log.info("rank %d: stopped by rank 0 at step %d", rank, trainer.step_count)
+                stopped = True
                 return 0
             if word == STEP:
                 trainer.step(group.scatter_batch(None, shapes), lr=lr, prepared=True)
     finally:
-        group.close()
+        group.close(broken=not stopped)

@@ -255,6 +255,7 @@ class Training:
                     abandoned[reason] = abandoned.get(reason, 0) + n
         rows = read_metrics(self.run_dir / "metrics.jsonl") if self._metrics_exist() else []
         last = rows[-1] if rows else {}
+        stored = max(int(last.get("games", 0)), self._games_in_last_checkpoint())
         restarts = {c.name: c.restarts for c in self.children if c.restarts}
         # The same accounting, machine-readable, beside the run's other outputs.
         (self.run_dir / "summary.json").write_text(
@@ -263,7 +264,7 @@ class Training:
                     "stop_reason": self._stop_reason,
                     "started": self.started,
                     "games_finished": finished,
-                    "games_stored": last.get("games", 0),
+                    "games_stored": stored,
                     "games_abandoned": abandoned,
                     "trajectories_undelivered": undelivered,
                     "duplicates_dropped": last.get("duplicates_dropped", 0),
@@ -274,11 +275,22 @@ class Training:
             + "\n"
         )
         return (
-            f"games: {finished} finished, {last.get('games', 0)} stored in the run, "
+            f"games: {finished} finished, {stored} stored in the run, "
             f"{sum(abandoned.values())} abandoned {abandoned or ''}, {undelivered} not delivered, "
             f"{last.get('duplicates_dropped', 0)} duplicates dropped; "
             f"restarts: {restarts or 'none'}"
         )
+
+    def _games_in_last_checkpoint(self) -> int:
+        """The games the learner's stop checkpoint counts: those stored after the last row of
+        metrics.jsonl included (rows come every ``learner.log_every`` steps)."""
+        path = latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir)
+        if path is None:
+            return 0
+        try:
+            return int(load_checkpoint(path).meta.extra.get("games", 0))
+        except (AzserveError, OSError, ValueError):
+            return 0
 
     def _say_resumed(self) -> None:
         path = latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir)
