@@ -241,10 +241,16 @@ def serve(engine: Engine, stdin: IO[str], stdout: IO[str]) -> None:
 
 def run_gtp(args: argparse.Namespace) -> int:
     """The ``azserve gtp`` main."""
+    import torch
+
     from azserve.app.agent import agent_from_checkpoint
     from azserve.app.argtypes import package_version
     from azserve.errors import ConfigError
 
+    # One position at a time: a second thread only adds overhead, and with another engine
+    # (or a second match) on the cores, torch's spinning threads slowed a Go game 40-fold
+    # (205 s against 5 s, measured).
+    torch.set_num_threads(1)
     cfg, agent = agent_from_checkpoint(args.checkpoint, args.config, args.overrides, None)
     if not isinstance(agent.game, Go) or agent.game.size != 9:
         raise ConfigError(
