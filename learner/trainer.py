@@ -197,7 +197,11 @@ class Trainer:
         losses = torch.stack([parts.total, parts.policy, parts.value]).detach()
         if self.group is not None:
             losses = self.group.mean(losses)
-        out = [*losses.tolist(), float(parts.l2), float(grad_norm)]
+        out = [
+            *losses.tolist(),
+            float(torch.as_tensor(parts.l2).detach()),
+            float(grad_norm.detach()),
+        ]
         return {
             "loss": out[0],
             "policy_loss": out[1],

@@ -39,6 +39,8 @@ TORCH_ALLOWED = (
     "azserve.app.agent",
     "azserve.app.analyze",
     "azserve.app.play",
+    "azserve.app.gtp",  # one torch thread for its in-process agent, as play
+    "azserve.app.match",  # the same
     "azserve.app.train",
     "azserve.app.compare",  # scores checkpoints in-process, as train does
     "azserve.app.bench",
