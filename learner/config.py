@@ -83,15 +83,20 @@ class TrainerConfig:
     """Steps of linear warmup from lr/warmup_steps to lr."""
     grad_clip: float | None = None
     """Clip the global gradient norm to this (None: no clipping; the norm is reported anyway)."""
-    amp: Literal["none", "bf16", "fp16"] = "none"
+    amp: Literal["auto", "none", "bf16", "fp16"] = "none"
     """Mixed precision (``torch.autocast``; the weights and the optimizer stay float32). bf16 on
     CUDA or on a CPU: on one with AVX512-BF16 or AMX a Connect Four training step costs about
     half the CPU time of float32 (docs/benchmarks.md), elsewhere bf16 is emulated and slower (a
-    warning says so). fp16 on CUDA only (with a gradient scaler); ignored on a CPU."""
+    warning says so). fp16 on CUDA only (with a gradient scaler); ignored on a CPU. ``auto``:
+    bf16 where the device runs it natively (those CPUs, a CUDA device with bf16), else none."""
     channels_last: bool = False
     """Train with the weights and inputs in channels-last memory order (faster convolutions on
     a CPU: about 1.2x per step on the Connect Four net). Checkpoints and published weights are
     the same either way."""
+    compile: bool = False
+    """Train through ``torch.compile`` (inductor) of the network: forward and backward become
+    generated kernels, compiled once at the first step (tens of seconds on a CPU). Checkpoints
+    and published weights are the same either way."""
     device: Literal["cpu", "cuda", "auto"] = "auto"
     """Where to train; "auto" picks CUDA when available."""
     publish_every: int = 100
@@ -180,6 +185,10 @@ class LearnerConfig:
     rendezvous: str = ""
     """Where the ranks meet (``tcp://host:port``, rank 0's host); empty: a free loopback port
     of rank 0's host, for ranks on one host."""
+    start_ranks: bool = True
+    """Rank 0 starts ranks 1..N-1 itself, on its own host. False: something else starts them
+    (``azserve launch`` with ``[learner] rank_hosts``, one rank per host), and rank 0 waits for
+    them at ``rendezvous``."""
     rank_timeout_s: float = 120.0
     """How long a collective waits for a silent rank before the group gives up (a rank that
     dies is seen at once; this bounds a hung one)."""
@@ -195,6 +204,11 @@ class LearnerConfig:
     def __post_init__(self) -> None:
         if self.dedup_capacity < 1:
             raise ConfigError(f"learner.dedup_capacity: must be >= 1, got {self.dedup_capacity}")
+        if self.processes > 1 and not self.start_ranks and not self.rendezvous:
+            raise ConfigError(
+                "learner.start_ranks=false: ranks started elsewhere must meet rank 0 at a known "
+                "address; set learner.rendezvous (tcp://HOST:PORT of rank 0's host)"
+            )
 
 
 @dataclass(frozen=True)

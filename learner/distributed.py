@@ -23,9 +23,15 @@ the newest checkpoint.
 
 from __future__ import annotations
 
+import fcntl
+import ipaddress
 import logging
+import os
+import socket
+import struct
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import torch
@@ -40,6 +46,50 @@ STOP, STEP, PING = 0.0, 1.0, 2.0
 """Control words of the per-step broadcast."""
 
 
+def pin_interface(backend: str, rendezvous: str) -> str:
+    """Point gloo (or NCCL) at the network interface that routes to the rendezvous host, unless
+    the user did (``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME``). Left alone, gloo binds the
+    address the host name resolves to, and falls back to loopback where that is not local (a
+    network namespace, a host with a stale /etc/hosts), which no other host can reach. Returns
+    the interface chosen ("" when none was: loopback rendezvous, or the user's setting)."""
+    var = "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
+    if os.environ.get(var):
+        return ""
+    parsed = urlsplit(rendezvous)
+    if parsed.scheme != "tcp" or not parsed.hostname or parsed.port is None:
+        return ""
+    try:
+        target = socket.gethostbyname(parsed.hostname)
+        if ipaddress.ip_address(target).is_loopback:
+            return ""
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, parsed.port))  # no packet: only the route is looked up
+            local = s.getsockname()[0]
+    except OSError:
+        return ""  # gloo reports what it cannot reach
+    name = interface_of(local)
+    if name:
+        os.environ[var] = name
+    return name
+
+
+def interface_of(address: str) -> str:
+    """The name of the local interface that holds IPv4 ``address`` ("" when none does)."""
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                ifreq = struct.pack("256s", name.encode()[:15])
+                raw = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, ifreq)
+            except OSError:  # no IPv4 address on it
+                continue
+        if socket.inet_ntoa(raw[20:24]) == address:
+            return name
+    return ""
+
+
+_SIOCGIFADDR = 0x8915
+
+
 class RankGroup:
     """This process's membership of the learner's group."""
 
@@ -51,6 +101,9 @@ class RankGroup:
         self.backend = "nccl" if device.type == "cuda" else "gloo"
         # Collectives move tensors on the device NCCL runs on; gloo's live on the CPU.
         self.comm_device = device if self.backend == "nccl" else torch.device("cpu")
+        interface = pin_interface(self.backend, rendezvous)
+        if interface:
+            log.info("rank %d: collectives over %s (the route to %s)", rank, interface, rendezvous)
         dist.init_process_group(
             self.backend,
             init_method=rendezvous,

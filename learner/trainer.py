@@ -91,12 +91,16 @@ class Trainer:
             self.model = self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         if group is not None:
             globalize_batchnorm(self.model)  # batch statistics of the global batch
+        # The module that runs the step; ``self.model`` keeps the parameters and the state.
+        self._forward: Any = torch.compile(self.model) if cfg.compile else self.model
         self._symmetries = symmetries if cfg.augment else None
         self.rng = np.random.default_rng(cfg.seed)
         self.step_count = 0
         on_cuda = self.device.type == "cuda"
         self._amp_dtype: torch.dtype | None = None
-        if on_cuda:
+        if cfg.amp == "auto":  # bf16 where the device runs it natively
+            self._amp_dtype = torch.bfloat16 if native_bf16(self.device) else None
+        elif on_cuda:
             self._amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.amp)
         elif cfg.amp == "bf16":
             self._amp_dtype = torch.bfloat16
@@ -106,6 +110,14 @@ class Trainer:
                     "it is emulated and slower than float32; set trainer.amp='none'"
                 )
         self._scaler = torch.amp.GradScaler("cuda") if self._amp_dtype == torch.float16 else None
+        precision = {torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast"}
+        log.info(
+            "trainer on %s: %s%s%s",
+            self.device,
+            precision[self._amp_dtype] if self._amp_dtype else "float32",
+            ", channels-last" if cfg.channels_last else "",
+            ", compiled (inductor)" if cfg.compile else "",
+        )
         if self._scaler is not None and group is not None:
             raise ConfigError(
                 "trainer.amp='fp16' with learner.processes > 1: the gradient scaler is per "
@@ -169,7 +181,7 @@ class Trainer:
             else nullcontext()
         )
         with autocast:
-            logits, value = self.model(obs)
+            logits, value = self._forward(obs)
         l2 = (
             l2_penalty(self._decayed, self.cfg.weight_decay)
             if self.cfg.weight_decay_mode == "loss"

@@ -3,9 +3,11 @@ Four default net, global batch 256, synthetic batches, through the same code pat
 learner's ranks (``Trainer`` with a ``RankGroup``: rank 0 augments and scatters, gradients
 all-reduced, global batch norm).
 
-    .venv/bin/python scripts/learner_ranks_speed.py [--layouts 1x2,2x1] [--steps 30] [--rounds 3]
+    .venv/bin/python scripts/learner_ranks_speed.py [--layouts 1x2,2x1,2x1n] [--steps 30] [--rounds 3]
 
-A layout ``RxT`` is R ranks of T torch threads each. The layouts take turns for ``--rounds``
+A layout ``RxT`` is R ranks of T torch threads each; ``RxTn`` puts each rank in its own network
+namespace (root only: veth pairs on one bridge, as the cluster tests make them), so that the
+collectives cross a network boundary as between hosts. The layouts take turns for ``--rounds``
 rounds, so the machine's noise hits them alike; each round times ``--steps`` steps on rank 0
 after 5 warm-up steps, and the best round counts."""
 
@@ -14,12 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,12 +38,12 @@ RANK = textwrap.dedent(
     from learner.replay import Batch
     from learner.trainer import Trainer
 
-    rank, world, threads, port, steps, out = sys.argv[1:7]
+    rank, world, threads, addr, steps, out = sys.argv[1:7]
     rank, world, threads, steps = int(rank), int(world), int(threads), int(steps)
     torch.set_num_threads(threads)
     cfg = load_config("configs/connect4.toml")
     game = make_game(cfg.game)
-    group = RankGroup(rank, world, f"tcp://127.0.0.1:{port}", torch.device("cpu"), 120.0) if world > 1 else None
+    group = RankGroup(rank, world, f"tcp://{addr}", torch.device("cpu"), 120.0) if world > 1 else None
     trainer = Trainer(cfg.net, cfg.trainer, symmetries=game.symmetries, group=group)
     rows = cfg.trainer.batch_size
     data = np.random.default_rng(0)
@@ -75,21 +79,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_layout(ranks: int, threads: int, steps: int, work: Path) -> float:
+def run_layout(ranks: int, threads: int, steps: int, work: Path, lan: Any = None) -> float:
+    """Samples/s of rank 0; ``lan``: a namespace per rank (``tests.netns.NetnsLan``)."""
     script = work / "rank.py"
     script.write_text(RANK)
     out = work / "out.txt"
-    port = free_port()
+    addr = f"{lan[0].address}:29500" if lan is not None else f"127.0.0.1:{free_port()}"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(threads)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(r), str(ranks), str(threads), str(port),
-             str(steps), str(out)],  # fmt: skip
-            cwd=REPO,
-            env=env,
-        )
-        for r in range(ranks)
-    ]
+    procs = []
+    for r in range(ranks):
+        argv = [sys.executable, str(script), str(r), str(ranks), str(threads), addr,
+                str(steps), str(out)]  # fmt: skip
+        if lan is not None:
+            argv = lan[r].argv(argv)
+        procs.append(subprocess.Popen(argv, cwd=REPO, env=env))
     for p in procs:
         if p.wait(timeout=600) != 0:
             raise SystemExit(f"a rank of layout {ranks}x{threads} failed")
@@ -102,15 +105,31 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
-    layouts = [tuple(int(x) for x in s.split("x")) for s in args.layouts.split(",")]
+    layouts = []
+    for name in args.layouts.split(","):
+        m = re.fullmatch(r"(\d+)x(\d+)(n?)", name.strip())
+        if not m:
+            p.error(f"--layouts: {name!r} is not RxT or RxTn")
+        layouts.append((name.strip(), int(m[1]), int(m[2]), bool(m[3])))
     best: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(args.rounds):
-            for r, t in layouts:
-                rate = run_layout(r, t, args.steps, Path(tmp))
-                name = f"{r}x{t}"
-                best[name] = max(best.get(name, 0.0), rate)
-                print(f"{name}: {rate:,.0f} samples/s", flush=True)
+    lan = None
+    if any(ns for *_, ns in layouts):
+        sys.path.insert(0, str(REPO))
+        from tests.netns import destroy_lan, make_lan, unavailable
+
+        if unavailable():
+            raise SystemExit(f"RxTn layouts need network namespaces: {unavailable()}")
+        lan = make_lan(max(r for _, r, _, ns in layouts if ns))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for _ in range(args.rounds):
+                for name, r, t, ns in layouts:
+                    rate = run_layout(r, t, args.steps, Path(tmp), lan if ns else None)
+                    best[name] = max(best.get(name, 0.0), rate)
+                    print(f"{name}: {rate:,.0f} samples/s", flush=True)
+    finally:
+        if lan is not None:
+            destroy_lan(lan)
     print(json.dumps({k: round(v) for k, v in best.items()}))
 
 

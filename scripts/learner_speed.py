@@ -3,7 +3,7 @@ augmentation included: `python scripts/learner_speed.py [--threads 2] [--steps 1
 [--variants fp32,fp32-cl,bf16,bf16-cl]`.
 
 Each variant is a trainer setting (``bf16``: ``trainer.amp = "bf16"``; ``-cl``:
-``trainer.channels_last = true``); they take turns step by step, so that the machine's noise
+``trainer.channels_last = true``; ``compile``: ``trainer.compile = true``); they take turns step by step, so that the machine's noise
 hits them alike. Besides wall-clock steps/s it reports CPU milliseconds per step (the process's
 CPU time over the step), which other jobs on the machine disturb less."""
 
@@ -24,6 +24,10 @@ VARIANTS = {
     "fp32-cl": {"channels_last": True},
     "bf16": {"amp": "bf16"},
     "bf16-cl": {"amp": "bf16", "channels_last": True},
+    "compile": {"compile": True},
+    "compile-cl": {"compile": True, "channels_last": True},
+    "bf16-compile": {"amp": "bf16", "compile": True},
+    "bf16-cl-compile": {"amp": "bf16", "channels_last": True, "compile": True},
 }
 
 

@@ -179,6 +179,32 @@ def test_channels_last_trains_the_same_net() -> None:
     assert c.step(fixed_batch(9))["loss"] == pytest.approx(b.step(fixed_batch(9))["loss"], rel=1e-4)
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+def test_compiled_step_trains_the_same_net_and_saves_plain_weights() -> None:
+    """``compile = true`` runs the step through inductor's generated kernels: the same losses
+    as eager (to float32 rounding), and the state it saves is the plain module's (no
+    ``_orig_mod.`` prefixes), loadable by a trainer that does not compile."""
+    a, b = Trainer(NET, cfg()), Trainer(NET, cfg(compile=True))
+    for i in range(4):
+        la, lb = a.step(fixed_batch(i))["loss"], b.step(fixed_batch(i))["loss"]
+        assert lb == pytest.approx(la, rel=1e-4)
+    state = b.state_dict()
+    assert not any("_orig_mod" in k for k in state["model"])
+    c = Trainer(NET, cfg())
+    c.load_state_dict(copy.deepcopy(state))
+    assert c.step(fixed_batch(9))["loss"] == pytest.approx(b.step(fixed_batch(9))["loss"], rel=1e-4)
+
+
+def test_amp_auto_is_bf16_exactly_where_the_cpu_runs_it_natively(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import learner.trainer as trainer_module
+
+    for native, want in ((True, torch.bfloat16), (False, None)):
+        monkeypatch.setattr(trainer_module, "native_bf16", lambda _dev, n=native: n)
+        assert Trainer(NET, cfg(amp="auto"))._amp_dtype == want
+
+
 def test_version_counter_bumps_once_per_publish_and_settles_a_stop() -> None:
     v = VersionCounter(publish_every=2)
     assert [v.due(s) for s in (0, 1, 2, 3, 4)] == [False, False, True, False, True]

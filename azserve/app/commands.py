@@ -298,7 +298,8 @@ def _learn(args: argparse.Namespace) -> int:
             from learner.distributed import RankGroup
 
             rendezvous = cfg.learner.rendezvous or loopback_rendezvous()
-            ranks.extend(start_ranks(saved, args.run_dir, world, rendezvous, args.log_level))
+            if cfg.learner.start_ranks:
+                ranks.extend(start_ranks(saved, args.run_dir, world, rendezvous, args.log_level))
             device = resolve_device(cfg.trainer.device, "trainer.device")
             group = RankGroup(0, world, rendezvous, device, cfg.learner.rank_timeout_s)
         learner = Learner(settings, args.run_dir, resume=args.resume, group=group)

@@ -380,6 +380,9 @@ class Training:
         learner = by_name.get("learner")
         if learner is not None and learner.poll() is None:
             learner.stop(timeout=120, sig=signal.SIGINT)
+        for c in self.children:  # ranks on other hosts: rank 0 told them to stop
+            if c.name.startswith("learner-rank-"):
+                c.stop(timeout=30)
         for c in self.children:
             if c.name.startswith("server"):
                 c.stop(timeout=20)

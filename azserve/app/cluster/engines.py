@@ -116,7 +116,7 @@ class CommandEngine:
         return out
 
     def group_hosts(self) -> dict[str, tuple[str, ...]]:
-        used = set(self.role_hosts().values())
+        used = set(self.role_hosts().values()) | set(self.spec.learner.rank_hosts)
         free = [n for n in self.nodes if n not in used] or list(self.nodes)
         out: dict[str, tuple[str, ...]] = {}
         for g in self.spec.actors:

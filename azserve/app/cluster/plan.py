@@ -32,9 +32,9 @@ class RoleProc:
     """One process of the run."""
 
     name: str
-    """Unique in the run: ``server-NAME``, ``learner``, ``actor-GROUP-K``."""
+    """Unique in the run: ``server-NAME``, ``learner``, ``learner-rank-R``, ``actor-GROUP-K``."""
     role: str
-    """``server``, ``learner`` or ``actors``."""
+    """``server``, ``learner``, ``learner-rank`` (a data-parallel rank > 0) or ``actors``."""
     host: str
     """Where the ssh/Slurm engine starts it (empty under Ray)."""
     placement: Placement
@@ -81,7 +81,8 @@ def make_plan(
     auth: AuthFor | None = None,
     role_hosts: dict[str, str] | None = None,
 ) -> list[RoleProc]:
-    """Every process of the run, servers first, then the learner, then the actors.
+    """Every process of the run, servers first, then the learner (and its ranks on other
+    hosts), then the actors.
 
     ``addresses``: ``server-NAME``/``learner`` -> address others connect to (the engine knows:
     the cluster file for ssh, the node for Slurm and Ray). ``hosts``: actor group name -> the
@@ -141,6 +142,18 @@ def make_plan(
     }
     if cfg.train.steps:
         learner["max_steps"] = cfg.train.steps
+    rank_hosts = spec.learner.rank_hosts
+    rendezvous = ""
+    if rank_hosts:
+        world = 1 + len(rank_hosts)
+        if cfg.learner.processes not in (1, world):
+            raise ConfigError(
+                f"learner.processes={cfg.learner.processes}: the cluster file's "
+                f"learner.rank_hosts places {world} ranks (the learner's host and "
+                f"{len(rank_hosts)} more); leave learner.processes at 1 or set it to {world}"
+            )
+        rendezvous = f"tcp://{address('learner')}:{spec.learner.rank_port}"
+        learner.update(processes=world, rendezvous=rendezvous, start_ranks=False)
     c = _resolved(
         cfg,
         common,
@@ -163,6 +176,26 @@ def make_plan(
             endpoint=learner_ep,
         )
     )
+    # Ranks 1..N-1 take the learner's config without its keys: they open no ZeroMQ socket,
+    # and a secret key never leaves the host that owns it.
+    rank_cfg = _resolved(cfg, common, None, spec.insecure, learner=learner, trainer=trainer)
+    for r, host in enumerate(rank_hosts, start=1):
+        argv = [
+            "learn", "--config", CONFIG_PLACEHOLDER, "--run-dir", run_dir,
+            "--rank", str(r), "--rendezvous", rendezvous,
+        ]  # fmt: skip
+        procs.append(
+            RoleProc(
+                f"learner-rank-{r}",
+                "learner-rank",
+                host,
+                Placement(host=host),
+                tuple(argv),
+                rank_cfg,
+                cfg.train.learner_threads,
+                endpoint=rendezvous,
+            )
+        )
     on_host: dict[str, int] = {}  # actor processes per host so far: their metrics ports
     for gi, g in enumerate(spec.actors):
         _, server_ep = servers[spec.server_of(gi)]
@@ -232,9 +265,13 @@ def describe(procs: list[RoleProc], commands: dict[str, list[str]]) -> str:
                 f"binds {p.config.learner.bind}, publishes to {', '.join(p.config.learner.servers)}"
             )
             n = p.config.learner.processes
-            if n > 1:
+            if n > 1 and p.config.learner.start_ranks:
                 meet = p.config.learner.rendezvous or "a free loopback port"
                 edge += f"; {n} data-parallel ranks on its node, meeting at {meet}"
+            elif n > 1:
+                edge += f"; rank 0 of {n}, the ranks meet at {p.config.learner.rendezvous}"
+        elif p.role == "learner-rank":
+            edge = f"rank {p.name.rsplit('-', 1)[1]} of {p.config.learner.processes}, meets rank 0 at {p.endpoint}"
         else:
             edge = f"evaluates on {p.config.client.server}, games to {p.config.actors.learner}"
         lines.append(f"{p.name:<24} on {where or 'any node'}: {edge}")

@@ -59,6 +59,16 @@ class LearnerRole(Placement):
     """TCP port of the trajectory receiver."""
     device: str = ""
     """``trainer.device`` (empty: the run config's)."""
+    rank_hosts: tuple[str, ...] = ()
+    """ssh/Slurm: the hosts of a data-parallel learner's ranks 1, 2, ... (one each; rank 0 is
+    the learner on ``host``), so ``learner.processes`` is one more than their count. Empty:
+    every rank on the learner's host (``learner.processes`` of the run config)."""
+    rank_port: int = 29500
+    """TCP port on the learner's host where the ranks meet (torch.distributed's store)."""
+    trusted_network: bool = False
+    """Ranks on other hosts talk torch.distributed (gloo, NCCL), which has no authentication and
+    no encryption: set true to say that the learner's hosts share a private network nobody
+    else reaches (``insecure = true`` says it for every socket)."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +171,7 @@ class ClusterSpec:
             if not 0 <= s.port < 65536:
                 raise ConfigError(f"server[{i}].port={s.port}: must be in [0, 65535]")
         _check_placement("learner", self.learner)
+        self._check_ranks(ports=[self.server_port(i) for i in range(len(self.server))])
         for i, g in enumerate(self.actors):
             _check_resources(f"actors[{i}].resources", g.resources)
             if g.server and g.server not in names:
@@ -178,6 +189,28 @@ class ClusterSpec:
             raise ConfigError(f"learner.port={self.learner.port}: also a server's port")
         if self.restarts < 0:
             raise ConfigError(f"restarts={self.restarts}: must be >= 0")
+
+    def _check_ranks(self, ports: list[int]) -> None:
+        lr = self.learner
+        if not 0 < lr.rank_port < 65536:
+            raise ConfigError(f"learner.rank_port={lr.rank_port}: must be in [1, 65535]")
+        if lr.rank_port in [*ports, lr.port]:
+            raise ConfigError(
+                f"learner.rank_port={lr.rank_port}: also the learner's or a server's port"
+            )
+        if not lr.rank_hosts:
+            return
+        if self.engine == "ray":
+            raise ConfigError(
+                "learner.rank_hosts: the Ray engine runs every rank on the learner's node "
+                "(set learner.processes in the run config); rank_hosts is for ssh and Slurm"
+            )
+        if self.network != "loopback" and not (lr.trusted_network or self.insecure):
+            raise ConfigError(
+                "learner.rank_hosts: ranks on other hosts talk torch.distributed (gloo or "
+                "NCCL), which has no authentication or encryption; put the learner's hosts on "
+                "a private network and set learner.trusted_network = true (docs/cluster.md)"
+            )
 
     def server_port(self, index: int) -> int:
         return self.server[index].port or 5555 + index
