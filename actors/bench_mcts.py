@@ -5,7 +5,7 @@
 
 Contenders, each playing whole self-play games move by move:
 
-- ``azserve``: the search the actors run (``make_mcts``: the compiled tree where it was built)
+- ``azserve``: the search the actors run (``actors.search.make_search``: the compiled tree where it was built)
   with a zero-cost evaluator (uniform logits, value 0), tree reuse and root noise as in
   self-play; each simulation still encodes its leaf, as the actors must;
 - ``azserve_in_flight``: the same with ``--in-flight`` leaves per round (virtual loss,
@@ -39,8 +39,7 @@ from typing import Any
 import numpy as np
 
 from actors.games import make_game
-from actors.mcts import MCTSConfig
-from actors.selfplay import make_search, target_and_action
+from actors.search import MCTSConfig, make_search
 
 Step = Callable[[], Awaitable[int]]
 """Plays one move of a contender's current game (starting a new game after the last move)
@@ -82,7 +81,7 @@ class _Ours:
     async def step(self) -> int:
         result = await self.mcts.search(self.state, self._evaluate, add_noise=True)
         self.evaluations += result.num_evaluations
-        _, a = target_and_action(self.mcts, result, self.move)
+        _, a = self.mcts.choose(result, self.move)
         self.state = self.game.apply(self.state, a)
         self.mcts.advance(a)
         self.move += 1

@@ -35,7 +35,7 @@ import numpy as np
 
 from actors.evalcache import EvalCache
 from actors.games import make_game
-from actors.mcts import MCTSConfig
+from actors.search import MCTSConfig
 from actors.searchpool import SearchPool
 from actors.selfplay import SelfPlayStats, play_game
 

@@ -1,18 +1,19 @@
-"""The compiled searches: PUCT (``actors.mcts.MCTS``) and Gumbel (``actors.gumbel.GumbelSearch``)
-with their trees in C (``_mcts_core``).
+"""The compiled searches: PUCT and Gumbel with their trees in C (``_mcts_core``), the compiled
+forms of ``actors.search.Search`` beside the Python references (``actors.mcts.MCTS``,
+``actors.gumbel.GumbelSearch``).
 
-``CompiledMCTS`` and ``CompiledGumbel`` are drop-in subclasses: same constructor, same
-``search``/``advance`` and the inherited move selection, and for the same seed and evaluator
-the same visit counts, values, priors and (Gumbel) policy targets, bit for bit
-(tests/test_compiled_mcts.py and tests/test_compiled_gumbel.py play whole games against the
-Python searches, the oracles). Only the tree and its arithmetic move to C: the coroutine still
+``CompiledMCTS`` and ``CompiledGumbel`` share the interface and the move rules with the
+references (``actors.search.PuctMoves``, ``GumbelMoves``), not their methods, and for the same
+seed and evaluator give the same visit counts, values, priors and (Gumbel) policy targets, bit
+for bit (tests/test_compiled_mcts.py and tests/test_compiled_gumbel.py play whole games against
+the Python searches, the oracles). Only the tree and its arithmetic move to C: the coroutine still
 awaits the injected ``evaluate`` once per leaf (``asyncio.gather`` for several PUCT leaves in
 flight) and draws the Dirichlet or Gumbel noise from the same generator in the same order.
 
 The compiled core plays the games of its table (actors/_games.c: a game's ``core_name``; the
-tree holds the game's ``core_state`` bytes); ``make_mcts`` and ``make_gumbel`` return the Python
+tree holds the game's ``core_state`` bytes); ``actors.search.make_search`` takes the Python
 search for any other game, for ``MCTSConfig.core = "python"``, or when the extension was not
-built (no C compiler at install time).
+built (no C compiler at install time): ``use_compiled`` decides.
 """
 
 from __future__ import annotations
@@ -24,8 +25,17 @@ from typing import Any
 import numpy as np
 
 from actors.games import Game, State
-from actors.gumbel import GumbelResult, GumbelSearch, considered_visits
-from actors.mcts import MCTS, Evaluate, MCTSConfig, SearchResult, dirichlet
+from actors.search import (
+    Evaluate,
+    GumbelMoves,
+    GumbelResult,
+    MCTSConfig,
+    PuctMoves,
+    SearchResult,
+    considered_visits,
+    dirichlet,
+    require_live,
+)
 
 log = logging.getLogger("actors.compiled_mcts")
 
@@ -76,7 +86,7 @@ def core_name(game: Game) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _use_compiled(game: Game, config: MCTSConfig) -> bool:
+def use_compiled(game: Game, config: MCTSConfig) -> bool:
     """``config.core``'s choice: ``compiled`` (an error if unavailable), ``python``, or ``auto``
     (compiled where available)."""
     if config.core == "python":
@@ -89,17 +99,7 @@ def _use_compiled(game: Game, config: MCTSConfig) -> bool:
     return False
 
 
-def make_mcts(game: Game, config: MCTSConfig, rng: np.random.Generator) -> MCTS:
-    """The PUCT search ``config.core`` asks for."""
-    return (CompiledMCTS if _use_compiled(game, config) else MCTS)(game, config, rng)
-
-
-def make_gumbel(game: Game, config: MCTSConfig, rng: np.random.Generator) -> GumbelSearch:
-    """The Gumbel search ``config.core`` asks for."""
-    return (CompiledGumbel if _use_compiled(game, config) else GumbelSearch)(game, config, rng)
-
-
-class _Compiled:
+class CompiledSearch:
     """The steps of a compiled search, shared by the coroutine (``search``) and by
     ``actors.searchpool.SearchPool``, which drives many games' searches in rounds.
 
@@ -123,8 +123,7 @@ class _Compiled:
         return True
 
     def begin(self, state: State) -> bool:
-        if self.game.is_terminal(state):
-            raise ValueError(f"search from a terminal position:\n{self.game.render(state)}")
+        require_live(self.game, state)
         return not self._tree.set_root(*self.game.core_state(state))
 
     def prepare(self, add_noise: bool, sims: int) -> None:
@@ -189,11 +188,11 @@ class _Compiled:
         return int(self._tree.nodes)
 
 
-class CompiledMCTS(_Compiled, MCTS):
-    """``MCTS`` with the tree in C; see the module docstring."""
+class CompiledMCTS(CompiledSearch, PuctMoves):
+    """PUCT with the tree in C; see the module docstring."""
 
     def __init__(self, game: Game, config: MCTSConfig, rng: np.random.Generator) -> None:
-        MCTS.__init__(self, game, config, rng)
+        super().__init__(game, config, rng)
         if not compiled_available(game):
             raise ValueError(f"the compiled MCTS does not support {game.name}")
         width = config.leaves_in_flight
@@ -247,13 +246,13 @@ class CompiledMCTS(_Compiled, MCTS):
         return evaluations
 
 
-class CompiledGumbel(_Compiled, GumbelSearch):
-    """``GumbelSearch`` with the tree in C; see the module docstring. The schedule
+class CompiledGumbel(CompiledSearch, GumbelMoves):
+    """Gumbel AlphaZero with the tree in C; see the module docstring. The schedule
     (``considered_visits``) and the Gumbel draws come from Python; the root's sequential
     halving, the descent, expansion and backup run in C between awaited leaves."""
 
     def __init__(self, game: Game, config: MCTSConfig, rng: np.random.Generator) -> None:
-        GumbelSearch.__init__(self, game, config, rng)
+        super().__init__(game, config, rng)
         if not compiled_available(game):
             raise ValueError(f"the compiled Gumbel search does not support {game.name}")
         self._tree = _mcts_core.Tree(  # type: ignore[union-attr]
@@ -284,7 +283,3 @@ class CompiledGumbel(_Compiled, GumbelSearch):
         prior = empty(a, np.float32)
         root_value = self._tree.gumbel_result(policy, scores, gumbel, visits, prior)
         return GumbelResult(visits, root_value, prior, evaluations, policy, scores, gumbel)
-
-
-Compiled = CompiledMCTS | CompiledGumbel
-"""A compiled search (``SearchPool`` drives those with ``sequential``)."""

@@ -17,23 +17,20 @@ sequential, and self-play batches across games anyway.
 
 from __future__ import annotations
 
-import functools
 import math
-from dataclasses import dataclass
-from functools import lru_cache
 from math import exp, log
 
 import numpy as np
 
 from actors.games.base import Game, State
-from actors.mcts import (
+from actors.mcts import _backup, _expand, _Node, count_nodes, subtree
+from actors.search import (
     Evaluate,
+    GumbelMoves,
+    GumbelResult,
     MCTSConfig,
-    SearchResult,
-    _backup,
-    _expand,
-    _Node,
-    sample_tempered,
+    considered_visits,
+    require_live,
 )
 
 _LOW_LOGIT = -1e9
@@ -42,33 +39,6 @@ _TINY = 1e-30
 """Floor of a prior before its log, and of prior mass in the mixed value (mctx: finfo.tiny)."""
 _EPSILON = 1e-8
 """Least denominator of the [0, 1] rescaling of Q (mctx's epsilon)."""
-
-
-@lru_cache(maxsize=1024)
-@functools.lru_cache(maxsize=256)
-def considered_visits(num_considered: int, num_simulations: int) -> tuple[int, ...]:
-    """The sequential-halving schedule: for simulation ``t``, the visit count that the root
-    action chosen at ``t`` has before it (mctx's ``get_sequence_of_considered_visits``).
-
-    Each phase gives every one of the ``num_considered`` remaining actions
-    ``max(1, n // (ceil(log2 k) * num_considered))`` more visits, then halves them (never
-    below 2). With ``num_considered <= 1`` the one action is visited every time. Memoised:
-    every move of a game asks for one of a few schedules.
-    """
-    if num_considered <= 1:
-        return tuple(range(num_simulations))
-    log2max = math.ceil(math.log2(num_considered))
-    sequence: list[int] = []
-    visits = [0] * num_considered
-    considered = num_considered
-    while len(sequence) < num_simulations:
-        extra = max(1, int(num_simulations / (log2max * considered)))
-        for _ in range(extra):
-            sequence.extend(visits[:considered])
-            for i in range(considered):
-                visits[i] += 1
-        considered = max(2, considered // 2)
-    return tuple(sequence[:num_simulations])
 
 
 def completed_q(
@@ -137,21 +107,10 @@ class _GNode(_Node):
         self.raw_value = 0.0
 
 
-@dataclass(frozen=True)
-class GumbelResult(SearchResult):
-    """A Gumbel search's result: ``SearchResult``'s fields and what the move choice needs."""
-
-    policy: np.ndarray
-    """float32 [A]: softmax(logits + sigma(completed Q)) over legal actions, the policy target."""
-    scores: np.ndarray
-    """float64 [A]: logits + sigma(completed Q) of the considered actions that received the
-    most visits in this search (the survivors of sequential halving); -inf elsewhere."""
-    gumbel: np.ndarray
-    """float64 [A]: the root's Gumbel noise (0 without noise)."""
-
-
-class GumbelSearch:
-    """The Gumbel search tree of one game, reused from move to move like ``MCTS``'s.
+class GumbelSearch(GumbelMoves):
+    """The Gumbel search tree of one game in Python, reused from move to move like ``MCTS``'s
+    (the reference: ``actors.compiled_mcts.CompiledGumbel`` must give the same results).
+    ``actors.search.Search``.
 
     Args:
         game: the rules.
@@ -161,9 +120,7 @@ class GumbelSearch:
     """
 
     def __init__(self, game: Game, config: MCTSConfig, rng: np.random.Generator) -> None:
-        self.game = game
-        self.config = config
-        self.rng = rng
+        super().__init__(game, config, rng)
         self._root: _GNode | None = None
 
     async def search(
@@ -181,8 +138,7 @@ class GumbelSearch:
         top-k are the k most likely and the search is deterministic.
         """
         game, cfg = self.game, self.config
-        if game.is_terminal(state):
-            raise ValueError(f"search from a terminal position:\n{game.render(state)}")
+        require_live(game, state)
         sims = cfg.num_simulations if num_simulations is None else num_simulations
         root = self._root
         if root is None or root.state != state:
@@ -281,47 +237,12 @@ class GumbelSearch:
 
     def advance(self, action: int) -> None:
         """Play ``action`` at the root: its subtree becomes the root (or the tree is dropped)."""
-        root, self._root = self._root, None
-        if not self.config.reuse_tree or root is None or root.actions is None:
-            return
-        if action in root.actions:
-            child = root.children[root.actions.index(action)]
-            if child is not None and child.actions is not None:
-                self._root = child  # type: ignore[assignment]
+        self._root = subtree(self._root, action, self.config.reuse_tree)  # type: ignore[assignment]
 
-    def select_action(self, result: GumbelResult, move_number: int) -> int:
-        """The move to play. While ``move_number < temperature_moves`` (and temperature > 0):
-        with ``gumbel_opening = "halving"``, among the survivors of sequential halving, the
-        highest ``temperature * g + logits + sigma(completed Q)`` (at temperature 1, mctx's
-        action: a sample guided by the noise); with ``"target"``, a sample from the policy
-        target ** (1 / temperature). After that, the highest ``logits + sigma(completed Q)``
-        among the survivors (ties to the lowest action)."""
-        cfg = self.config
-        scores = result.scores
-        if move_number < cfg.temperature_moves and cfg.temperature > 0:
-            if cfg.gumbel_opening == "target":
-                return sample_tempered(result.policy, cfg.temperature, self.rng)
-            scores = scores + cfg.temperature * result.gumbel
-        return int(scores.argmax())
-
-    @staticmethod
-    def policy_target(result: GumbelResult) -> np.ndarray:
-        """float32 [A]: the improved policy softmax(logits + sigma(completed Q))."""
-        return result.policy
-
-    def sample_resign_allowed(self) -> bool:
-        """Draw, once per game, whether it may resign (False for ``no_resign_fraction``)."""
-        return bool(self.rng.random() >= self.config.no_resign_fraction)
-
-    def should_resign(self, root_value: float, move_number: int, resign_allowed: bool) -> bool:
-        """Whether the side to move, whose root value is ``root_value``, resigns now (the
-        same rule as PUCT's: the root's mean value over its evaluation and simulations)."""
-        cfg = self.config
-        return (
-            resign_allowed
-            and move_number >= cfg.resign_min_moves
-            and root_value < cfg.resign_threshold
-        )
+    @property
+    def tree_nodes(self) -> int:
+        """Nodes held by the tree (a walk: for tests and diagnostics, not the hot path)."""
+        return count_nodes(self._root)
 
 
 def _interior_action(node: _GNode, c_visit: float, c_scale: float) -> int:

@@ -15,8 +15,8 @@ import uuid
 import zmq.asyncio
 
 from actors.config import ActorsConfig
-from actors.mcts import MCTSConfig
 from actors.prom import actor_registry, metrics_port, sample_loop_lag
+from actors.search import MCTSConfig
 from actors.selfplay import SelfPlay, SelfPlayStats
 from actors.sender import TrajectorySender
 from actors.sinks import FileSink, NullSink, TrajectorySink

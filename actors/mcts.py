@@ -13,129 +13,19 @@ Turns alternate (the ``Game`` contract), so a value flips sign at every ply of t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from math import exp, inf, sqrt
-from typing import Literal
 
 import numpy as np
 
 from actors.games.base import Game, State
-
-Evaluate = Callable[[np.ndarray], Awaitable[tuple[np.ndarray, float]]]
-"""obs uint8 [C, H, W] -> (policy logits float32 [A], value for the side to move at obs)."""
-
-
-@dataclass(frozen=True)
-class MCTSConfig:
-    """Search and move-selection knobs (AlphaZero's names and defaults where it has them)."""
-
-    num_simulations: int = 100
-    """New simulations per search; with subtree reuse the root's total visits keep growing."""
-    c_puct: float = 1.25
-    """Exploration constant of PUCT: U = c_puct * P * sqrt(N_parent) / (1 + N_child)."""
-    dirichlet_alpha: float = 0.3
-    """Concentration of the Dirichlet noise mixed into the root priors."""
-    dirichlet_fraction: float = 0.25
-    """Weight of that noise: P = (1 - fraction) * P + fraction * Dir(alpha)."""
-    temperature: float = 1.0
-    """Moves are sampled with probability ~ visits ** (1 / temperature) in the opening."""
-    temperature_moves: int = 8
-    """Moves (counted from 0 for the game's first) sampled with temperature; argmax after."""
-    leaves_in_flight: int = 1
-    """Leaves gathered per round and evaluated concurrently; 1 means no virtual loss."""
-    virtual_loss: float = 1.0
-    """Value subtracted per pending leaf along its path (only when leaves_in_flight > 1)."""
-    reuse_tree: bool = True
-    """Keep the played move's subtree as the next root (see ``MCTS.advance``)."""
-    fpu_reduction: float = 0.25
-    """First-play urgency: an unvisited child's Q is the parent's Q minus this times
-    sqrt(prior mass of the visited children) (Leela Zero / KataGo); 0 means parent's Q."""
-    root_fpu_reduction: float = 0.0
-    """The same reduction at the root, kept 0 so root exploration follows the (noisy) priors."""
-    resign_threshold: float = -0.95
-    """The side to move resigns when its root value is below this; <= -1 disables."""
-    resign_min_moves: int = 0
-    """No resignation before this many moves have been played in the game."""
-    no_resign_fraction: float = 0.1
-    """Fraction of games played out with resignation disabled, to measure false resigns."""
-    algorithm: Literal["puct", "gumbel"] = "puct"
-    """Self-play search: AlphaZero's PUCT (this module) or Gumbel AlphaZero (actors/gumbel.py)."""
-    num_sampled_actions: int = 16
-    """Gumbel: root actions sampled without replacement (Gumbel-top-k) for sequential halving."""
-    c_visit: float = 50.0
-    """Gumbel: sigma(q) = (c_visit + max visits) * c_scale * q, q completed and in [0, 1]."""
-    c_scale: float = 0.1
-    """Gumbel: the scale of that transform (mctx's defaults: c_visit 50, c_scale 0.1)."""
-    gumbel_opening: Literal["halving", "target"] = "halving"
-    """Gumbel: how the first ``temperature_moves`` moves are chosen. ``halving`` = mctx's
-    action, the survivor of sequential halving with the highest ``temperature * g + logits +
-    sigma(completed Q)`` (g: the root's Gumbel noise); ``target`` = sampled from the policy
-    target (the improved policy) ** (1 / temperature), as PUCT samples from its target, the
-    visit counts. With a sharp policy and few simulations halving leaves one survivor whatever
-    the noise, so ``halving`` self-play can turn into near-repeats of one game."""
-    full_search_fraction: float = 1.0
-    """Playout cap randomization (KataGo): the fraction of moves searched with
-    ``num_simulations`` and recorded as training targets; 1 records every move."""
-    fast_simulations: int = 8
-    """Simulations of the other moves (played, never recorded; PUCT drops root noise there)."""
-    core: Literal["auto", "compiled", "python"] = "auto"
-    """Search implementation, PUCT or Gumbel (``actors.compiled_mcts``): ``compiled`` = the tree
-    in C (Connect Four and tic-tac-toe), ``python`` = actors/mcts.py or actors/gumbel.py (every
-    game; the oracles), ``auto`` = compiled where available. Both give identical results for the
-    same seed and evaluator."""
-
-    def __post_init__(self) -> None:
-        if self.num_simulations < 1:
-            raise ValueError(f"num_simulations must be >= 1, got {self.num_simulations}")
-        if self.leaves_in_flight < 1:
-            raise ValueError(f"leaves_in_flight must be >= 1, got {self.leaves_in_flight}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0.0 <= self.dirichlet_fraction <= 1.0:
-            raise ValueError(f"dirichlet_fraction must be in [0, 1], got {self.dirichlet_fraction}")
-        if not 0.0 <= self.no_resign_fraction <= 1.0:
-            raise ValueError(f"no_resign_fraction must be in [0, 1], got {self.no_resign_fraction}")
-        if self.gumbel_opening not in ("halving", "target"):
-            raise ValueError(
-                f"gumbel_opening must be 'halving' or 'target', got {self.gumbel_opening!r}"
-            )
-        if self.num_sampled_actions < 1:
-            raise ValueError(f"num_sampled_actions must be >= 1, got {self.num_sampled_actions}")
-        if not 0.0 < self.full_search_fraction <= 1.0:
-            raise ValueError(
-                f"full_search_fraction must be in (0, 1], got {self.full_search_fraction}"
-            )
-        if (
-            self.full_search_fraction < 1.0
-            and not 1 <= self.fast_simulations <= self.num_simulations
-        ):
-            raise ValueError(
-                f"fast_simulations={self.fast_simulations} must be in [1, num_simulations="
-                f"{self.num_simulations}] when full_search_fraction < 1"
-            )
-
-    @property
-    def mean_simulations(self) -> float:
-        """Simulations per move on average: full and fast searches by their shares."""
-        f = self.full_search_fraction
-        if f >= 1.0:
-            return float(self.num_simulations)
-        return f * self.num_simulations + (1.0 - f) * self.fast_simulations
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    """What one search returns."""
-
-    visits: np.ndarray
-    """int64 [A]: root visit count per action (0 for illegal actions)."""
-    root_value: float
-    """Mean value of the root for its side to move, over its evaluation and all simulations."""
-    root_prior: np.ndarray
-    """float32 [A]: the network's prior at the root, before noise (0 for illegal actions)."""
-    num_evaluations: int
-    """Calls to ``evaluate`` made by this search."""
+from actors.search import (
+    Evaluate,
+    MCTSConfig,
+    PuctMoves,
+    SearchResult,
+    dirichlet,
+    require_live,
+)
 
 
 class _Node:
@@ -169,36 +59,6 @@ class _Node:
         self.clean_p: list[float] | None = None  # root priors before Dirichlet noise
 
 
-def sample_tempered(weights: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-    """An index drawn with probability ~ weights ** (1 / temperature) (weights >= 0, not all 0).
-
-    ``Generator.choice(len(p), p=p / p.sum())`` without its checks (a third of its cost): the
-    same cumulative sum, normalisation and single uniform draw, so the same index
-    (tests/test_compiled_mcts.py compares the two)."""
-    p = (weights / weights.max()) ** (1.0 / temperature)
-    cdf = (p / p.sum()).cumsum()
-    cdf /= cdf[-1]
-    return int(cdf.searchsorted(rng.random(), side="right"))
-
-
-def dirichlet(rng: np.random.Generator, alpha: float, k: int) -> list[float]:
-    """``rng.dirichlet([alpha] * k).tolist()``, the same draws and floats at a fifth of the cost.
-
-    For ``alpha >= 0.1`` numpy's ``Generator.dirichlet`` draws ``k`` standard gammas in order,
-    sums them left to right and multiplies each by the reciprocal of the sum; this does the same
-    with one ``standard_gamma`` call (tests/test_compiled_mcts.py compares the two). Smaller
-    alphas take numpy's other algorithm, so they go to ``rng.dirichlet`` itself.
-    """
-    if alpha < 0.1:
-        return rng.dirichlet([alpha] * k).tolist()
-    gammas = rng.standard_gamma(alpha, k).tolist()
-    total = 0.0
-    for g in gammas:
-        total += g
-    inv = 1.0 / total
-    return [g * inv for g in gammas]
-
-
 def _masked_softmax(logits: np.ndarray, actions: list[int]) -> list[float]:
     """Softmax of ``logits`` (float [A]) restricted to ``actions``, aligned with them."""
     values = logits.tolist()
@@ -209,8 +69,9 @@ def _masked_softmax(logits: np.ndarray, actions: list[int]) -> list[float]:
     return [e / total for e in exps]
 
 
-class MCTS:
-    """The search tree of one game, reused from move to move.
+class MCTS(PuctMoves):
+    """The PUCT search tree of one game in Python, reused from move to move (the reference:
+    ``actors.compiled_mcts.CompiledMCTS`` must give the same results). ``actors.search.Search``.
 
     Args:
         game: the rules.
@@ -219,9 +80,7 @@ class MCTS:
     """
 
     def __init__(self, game: Game, config: MCTSConfig, rng: np.random.Generator) -> None:
-        self.game = game
-        self.config = config
-        self.rng = rng
+        super().__init__(game, config, rng)
         self._root: _Node | None = None
 
     async def search(
@@ -238,8 +97,7 @@ class MCTS:
         ``add_noise`` mixes Dirichlet noise into the root priors for this search only.
         """
         game = self.game
-        if game.is_terminal(state):
-            raise ValueError(f"search from a terminal position:\n{game.render(state)}")
+        require_live(game, state)
         root = self._root
         if root is None or root.state != state:
             root = self._root = _Node(state)
@@ -268,49 +126,12 @@ class MCTS:
 
     def advance(self, action: int) -> None:
         """Play ``action`` at the root: its subtree becomes the root (or the tree is dropped)."""
-        root, self._root = self._root, None
-        if not self.config.reuse_tree or root is None or root.actions is None:
-            return
-        if action in root.actions:
-            child = root.children[root.actions.index(action)]
-            if child is not None and child.actions is not None:
-                self._root = child
+        self._root = subtree(self._root, action, self.config.reuse_tree)
 
-    def select_action(self, visits: np.ndarray, move_number: int) -> int:
-        """The move to play from root visits (int [A]) at ``move_number`` (0 = first move).
-
-        Sampled with probability ~ visits ** (1 / temperature) for the first
-        ``temperature_moves`` moves, then the most visited (ties broken at random).
-        """
-        cfg = self.config
-        if move_number < cfg.temperature_moves and cfg.temperature > 0:
-            return sample_tempered(visits, cfg.temperature, self.rng)
-        counts = visits.tolist()
-        top = max(counts)
-        best = [a for a, n in enumerate(counts) if n == top]
-        return best[0] if len(best) == 1 else int(self.rng.choice(best))
-
-    @staticmethod
-    def policy_target(visits: np.ndarray) -> np.ndarray:
-        """float32 [A]: the visit distribution, the policy training target."""
-        counts = visits.tolist()
-        total = sum(counts)
-        # int / int is the correctly rounded quotient, as numpy's float64 division of exact
-        # doubles; the float32 rounding is the same cast: equal to (visits / total) as float32.
-        return np.array([n / total for n in counts], dtype=np.float32)
-
-    def sample_resign_allowed(self) -> bool:
-        """Draw, once per game, whether it may resign (False for ``no_resign_fraction``)."""
-        return bool(self.rng.random() >= self.config.no_resign_fraction)
-
-    def should_resign(self, root_value: float, move_number: int, resign_allowed: bool) -> bool:
-        """Whether the side to move, whose root value is ``root_value``, resigns now."""
-        cfg = self.config
-        return (
-            resign_allowed
-            and move_number >= cfg.resign_min_moves
-            and root_value < cfg.resign_threshold
-        )
+    @property
+    def tree_nodes(self) -> int:
+        """Nodes held by the tree (a walk: for tests and diagnostics, not the hot path)."""
+        return count_nodes(self._root)
 
     def _expand(self, node: _Node, logits: np.ndarray, value: float) -> None:
         _expand(self.game, node, logits, value)
@@ -444,3 +265,22 @@ def _undo(path: list[tuple[_Node, int]], vl: float) -> None:
         node.n[i] -= 1
         node.visits -= 1
         node.w[i] += vl
+
+
+def subtree(root: _Node | None, action: int, reuse: bool) -> _Node | None:
+    """The root after ``action`` is played: the child's subtree when ``reuse`` and it was
+    expanded, else None (a fresh tree)."""
+    if not reuse or root is None or root.actions is None or action not in root.actions:
+        return None
+    child = root.children[root.actions.index(action)]
+    return child if child is not None and child.actions is not None else None
+
+
+def count_nodes(root: _Node | None) -> int:
+    """Nodes in the tree below ``root``, itself included."""
+    stack, n = ([root] if root is not None else []), 0
+    while stack:
+        node = stack.pop()
+        n += 1
+        stack.extend(c for c in node.children if c is not None)
+    return n

@@ -15,7 +15,7 @@ and the next round starts with the searches added meanwhile. Two or more lanes k
 batches in flight, as the game coroutines did.
 
 - **Same search, same results.** Each tree receives the same calls, in the same order, with
-  the same answers, as ``search`` makes them (``actors.compiled_mcts._Compiled``), and the
+  the same answers, as ``search`` makes them (``actors.compiled_mcts.CompiledSearch``), and the
   noise is drawn from the game's own generator at the same point: for the same seed and
   evaluator the visit counts, moves and training targets are those of the per-leaf path
   (tests/test_searchpool.py).
@@ -34,11 +34,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from itertools import compress
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
-from actors.compiled_mcts import Compiled, CompiledGumbel, CompiledMCTS, step_many
+from actors.compiled_mcts import CompiledSearch, step_many
 from actors.evalcache import EvalCache
 from actors.games import State
 from azserve.errors import ComponentFailed
@@ -61,12 +61,12 @@ class _Job:
 
     def __init__(
         self,
-        search: Compiled,
+        search: CompiledSearch,
         version: int,
         fut: asyncio.Future[Any],
         noise: bool,
         sims: int,
-        counter: list[int] | None,
+        counter: Any,
     ) -> None:
         self.search = search
         self.tree = search.tree
@@ -110,7 +110,7 @@ class _Job:
     def count(self, pending: int) -> None:
         """Add the search's leaves asked for to its game's counter (once, as it leaves)."""
         if self.counter is not None:
-            self.counter[0] += self.asked(pending)
+            self.counter.asked += self.asked(pending)
 
 
 class SearchPool:
@@ -147,22 +147,23 @@ class SearchPool:
         self.lifecycle.started()
 
     @staticmethod
-    def supports(search: Any) -> bool:
+    def supports(search: Any) -> TypeGuard[CompiledSearch]:
         """Whether the pool can drive ``search`` (a compiled one, one leaf at a time)."""
-        return isinstance(search, CompiledMCTS | CompiledGumbel) and search.sequential
+        return isinstance(search, CompiledSearch) and search.sequential
 
     def search(
         self,
-        search: Compiled,
+        search: CompiledSearch,
         state: State,
         version: int,
         add_noise: bool,
         sims: int,
-        counter: list[int] | None = None,
+        counter: Any = None,
     ) -> asyncio.Future[Any]:
         """Start ``search`` from ``state`` on ``version``: a future of its result
-        (``SearchResult`` or ``GumbelResult``), or of the evaluation's error. ``counter[0]``
-        counts the leaves asked for (the search's evaluations, cache hits included)."""
+        (``SearchResult`` or ``GumbelResult``), or of the evaluation's error. ``counter.asked``
+        (its game's ``selfplay.GameLeaves``) counts the leaves asked for (the search's
+        evaluations, cache hits included)."""
         self.lifecycle.check_running(ComponentFailed)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         job = _Job(search, version, fut, add_noise, sims, counter)

@@ -12,18 +12,15 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from actors.compiled_mcts import make_gumbel, make_mcts
 from actors.config import ActorsConfig
 from actors.evalcache import EvalCache
 from actors.games import Game, State, make_game
-from actors.gumbel import GumbelResult, GumbelSearch
-from actors.mcts import MCTS, MCTSConfig, SearchResult
+from actors.search import MCTSConfig, Search, SearchResult, make_search
 from actors.searchpool import SearchPool
 from actors.sinks import TrajectorySink
 from azserve import protocol as P
@@ -75,25 +72,6 @@ class FinishedGame:
     """Moves played; ``len(outcome)`` of them were recorded."""
 
 
-Search = MCTS | GumbelSearch
-"""One game's search tree: PUCT or Gumbel, the same calls."""
-
-
-def make_search(game: Game, cfg: MCTSConfig, rng: np.random.Generator) -> Search:
-    """The search ``cfg.algorithm`` names, compiled where ``cfg.core`` allows it."""
-    return (make_gumbel if cfg.algorithm == "gumbel" else make_mcts)(game, cfg, rng)
-
-
-def target_and_action(
-    search: Search, res: SearchResult, move_number: int
-) -> tuple[np.ndarray, int]:
-    """The policy target (float32 [A]) and the move to play after ``search`` returned ``res``."""
-    if isinstance(search, GumbelSearch):
-        assert isinstance(res, GumbelResult)
-        return search.policy_target(res), search.select_action(res, move_number)
-    return search.policy_target(res.visits), search.select_action(res.visits, move_number)
-
-
 class GameAbandoned(Exception):
     """A game that cannot go on (``reason``); counted, never raised out of the process."""
 
@@ -102,28 +80,68 @@ class GameAbandoned(Exception):
         self.reason = reason
 
 
+class GameLeaves:
+    """One game's route to its leaf evaluations, on the version pinned at its start: a search
+    the process's ``SearchPool`` can drive goes there (its leaves batched with other games'),
+    any other is awaited leaf by leaf through the evaluation cache and the client. ``asked``
+    counts the leaves this game's current search asked for, on either route."""
+
+    __slots__ = ("_ask", "_one", "_pool", "_stats", "asked", "version")
+
+    def __init__(
+        self,
+        game: Game,
+        client: EvalClient,
+        version: int,
+        stats: SelfPlayStats,
+        cache: EvalCache | None,
+        pool: SearchPool | None,
+    ) -> None:
+        self.version = version
+        self._ask = (
+            cache.evaluator(client.evaluate, version)
+            if cache is not None
+            else lambda obs: client.evaluate(obs, version)  # binds the pin
+        )
+        self._one = len(game.obs_shape)
+        self._pool = pool
+        self._stats = stats
+        self.asked = 0
+
+    def evaluate(self, obs: np.ndarray) -> Any:
+        """One leaf (or a stack of them). Counted as the leaves are asked for, so that the
+        status line's rates are steady: the games start together, and counts at the end of
+        each search came in bursts of every game's search at once."""
+        n = 1 if obs.ndim == self._one else len(obs)
+        self.asked += n
+        self._stats.evaluations += n
+        self._stats.simulations += n
+        return self._ask(obs)
+
+    def search(self, search: Search, state: State, add_noise: bool, sims: int) -> Any:
+        """An awaitable of ``search``'s result from ``state``, on this game's version."""
+        if self._pool is not None and SearchPool.supports(search):
+            return self._pool.search(search, state, self.version, add_noise, sims, self)
+        return search.search(state, self.evaluate, add_noise, sims)
+
+
 async def search_on_version(
     mcts: Search,
     state: State,
-    evaluate: Callable[[np.ndarray], Any],
+    leaves: GameLeaves,
     wait_s: float,
     stats: SelfPlayStats,
-    num_simulations: int | None = None,
+    num_simulations: int,
     add_noise: bool = True,
-    pooled: Callable[[Any, State, bool, int], Any] | None = None,
 ) -> tuple[Search, SearchResult]:
     """One move's search on the game's pinned version. If the server lost that version (it
     restarted), the search waits, bounded by ``wait_s``, for the learner to restore it, and
     starts the move again with a fresh tree; it never moves to another version. Returns the
-    tree used (fresh after a retry) and the result; ``GameAbandoned`` when it cannot go on.
-    ``pooled(search, state, add_noise, sims)`` runs the searches a ``SearchPool`` can drive."""
+    tree used (fresh after a retry) and the result; ``GameAbandoned`` when it cannot go on."""
     deadline = None
     while True:
         try:
-            if pooled is not None and SearchPool.supports(mcts):
-                sims = mcts.config.num_simulations if num_simulations is None else num_simulations
-                return mcts, await pooled(mcts, state, add_noise, sims)
-            return mcts, await mcts.search(state, evaluate, add_noise, num_simulations)
+            return mcts, await leaves.search(mcts, state, add_noise, num_simulations)
         except VersionUnavailable as exc:
             now = time.monotonic()
             deadline = deadline if deadline is not None else now + wait_s
@@ -163,32 +181,7 @@ async def play_game(
     mcts = make_search(game, mcts_cfg, rng)
     capped = mcts_cfg.full_search_fraction < 1.0
     with client.pin_latest() as version:
-        ask = (
-            cache.evaluator(client.evaluate, version)
-            if cache is not None
-            else lambda obs: client.evaluate(obs, version)  # binds the pin
-        )
-        # Counted as the leaves are asked for, so that the status line's rates are steady:
-        # the games start together, and counts at the end of each search came in bursts of
-        # every game's search at once. After each search the simulations are set right.
-        one = len(game.obs_shape)
-        asked = 0
-
-        def evaluate(obs: np.ndarray) -> Any:
-            nonlocal asked
-            n = 1 if obs.ndim == one else len(obs)
-            asked += n
-            stats.evaluations += n
-            stats.simulations += n
-            return ask(obs)
-
-        pooled = None
-        counter = [0]  # the pool's count of this game's leaves asked for
-        if pool is not None:
-
-            def pooled(m: Any, s: State, noise: bool, sims: int) -> Any:
-                return pool.search(m, s, version, noise, sims, counter)
-
+        leaves = GameLeaves(game, client, version, stats, cache, pool)
         state = game.initial_state()
         obs, policies, movers = [], [], []
         resign_allowed = mcts.sample_resign_allowed()
@@ -200,18 +193,18 @@ async def play_game(
             sims = mcts_cfg.num_simulations if full else mcts_cfg.fast_simulations
             noise = full or mcts_cfg.algorithm == "gumbel"
             mcts, res = await search_on_version(
-                mcts, state, evaluate, version_wait_s, stats, sims, noise, pooled
+                mcts, state, leaves, version_wait_s, stats, sims, noise
             )
             # terminal leaves; the root's own evaluation
-            stats.simulations += sims - asked - counter[0]
-            asked = counter[0] = 0
+            stats.simulations += sims - leaves.asked
+            leaves.asked = 0
             mover = game.to_play(state)
             if mcts.should_resign(res.root_value, move, resign_allowed):
                 resigner = mover
                 break
             if would_resign is None and mcts.should_resign(res.root_value, move, True):
                 would_resign = mover
-            target, action = target_and_action(mcts, res, move)
+            target, action = mcts.choose(res, move)
             if full:
                 obs.append(mcts.encode_root(state))
                 policies.append(target)

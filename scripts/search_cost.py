@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from actors.games import ConnectFour
-from actors.mcts import MCTSConfig
-from actors.selfplay import make_search, target_and_action
+from actors.search import MCTSConfig, make_search
 
 
 class Contender:
@@ -47,7 +46,7 @@ class Contender:
     async def step(self) -> None:
         t0 = time.process_time()
         res = await self.search.search(self.state, self._evaluate, add_noise=True)
-        _, action = target_and_action(self.search, res, self.move)
+        _, action = self.search.choose(res, self.move)
         self.state = self.game.apply(self.state, action)
         self.search.advance(action)
         self.move += 1

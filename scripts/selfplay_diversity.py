@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from actors.selfplay import make_search, target_and_action
+from actors.search import make_search
 from azserve.app.agent import agent_from_checkpoint
 from azserve.app.config import apply_overrides, from_dict
 from azserve.app.schema import Config
@@ -58,7 +58,7 @@ async def play(agent, cfg: Config, seed: int) -> tuple[list[int], list[bytes], f
         sims = mcfg.num_simulations if full else mcfg.fast_simulations
         noise = full or mcfg.algorithm == "gumbel"
         res = await search.search(state, agent.evaluator, noise, sims)
-        _, action = target_and_action(search, res, len(moves))
+        _, action = search.choose(res, len(moves))
         if full:
             recorded.append(game.encode(state).tobytes())
         state = game.apply(state, action)

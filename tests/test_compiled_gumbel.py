@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import CompiledGumbel, compiled_available, make_gumbel
+from actors.compiled_mcts import CompiledGumbel, compiled_available
 from actors.games import ConnectFour, Game, TicTacToe, make_game
 from actors.gumbel import GumbelSearch
-from actors.mcts import MCTSConfig
-from actors.selfplay import SelfPlayStats, make_search, play_game
+from actors.search import MCTSConfig, make_search
+from actors.selfplay import SelfPlayStats, play_game
 from tests.test_compiled_mcts import assert_same, hashed, play_lockstep
 
 pytestmark = pytest.mark.skipif(
@@ -44,7 +44,7 @@ CONFIGS = {
 
 async def _play_lockstep(game: Game, cfg: MCTSConfig, seed: int, evaluate: Any) -> int:
     py = GumbelSearch(game, dataclasses.replace(cfg, core="python"), np.random.default_rng(seed))
-    cc = make_gumbel(game, dataclasses.replace(cfg, core="compiled"), np.random.default_rng(seed))
+    cc = make_search(game, dataclasses.replace(cfg, core="compiled"), np.random.default_rng(seed))
     assert isinstance(cc, CompiledGumbel)
     return await play_lockstep(game, py, cc, evaluate)
 
@@ -120,7 +120,7 @@ async def test_a_failed_search_drops_the_tree_and_the_next_one_matches() -> None
         return await good(obs)
 
     cfg = dataclasses.replace(CONFIGS["default"], core="compiled")
-    cc = make_gumbel(C4, cfg, np.random.default_rng(0))
+    cc = make_search(C4, cfg, np.random.default_rng(0))
     assert isinstance(cc, CompiledGumbel)
     state = C4.initial_state()
     with pytest.raises(ConnectionError):
@@ -136,7 +136,7 @@ async def test_bad_logits_and_terminal_roots_raise_like_the_python_search() -> N
         return np.zeros(3, np.float32), 0.0
 
     for core in ("python", "compiled"):
-        m = make_gumbel(C4, gumbel(core=core), np.random.default_rng(0))
+        m = make_search(C4, gumbel(core=core), np.random.default_rng(0))
         with pytest.raises(ValueError, match=r"logits of shape \(3,\), expected \(7,\)"):
             await m.search(C4.initial_state(), short, add_noise=False)
         with pytest.raises(ValueError, match="terminal"):
@@ -144,7 +144,7 @@ async def test_bad_logits_and_terminal_roots_raise_like_the_python_search() -> N
 
 
 async def test_advance_keeps_the_played_subtree_and_frees_the_rest() -> None:
-    cc = make_gumbel(C4, gumbel(num_simulations=200, core="compiled"), np.random.default_rng(0))
+    cc = make_search(C4, gumbel(num_simulations=200, core="compiled"), np.random.default_rng(0))
     assert isinstance(cc, CompiledGumbel)
     res = await cc.search(C4.initial_state(), hashed(), add_noise=True)
     total = cc.tree_nodes

@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import CompiledMCTS, compiled_available, make_mcts
+from actors.compiled_mcts import CompiledMCTS, compiled_available
 from actors.games import ConnectFour, Game, TicTacToe, make_game
-from actors.mcts import MCTS, MCTSConfig, SearchResult, dirichlet
-from actors.selfplay import SelfPlayStats, play_game, target_and_action
+from actors.mcts import MCTS
+from actors.search import MCTSConfig, SearchResult, dirichlet, make_search
+from actors.selfplay import SelfPlayStats, play_game
 
 pytestmark = pytest.mark.skipif(
     not compiled_available(ConnectFour()), reason="actors._mcts_core was not built"
@@ -78,8 +79,8 @@ async def play_lockstep(game: Game, py: Any, cc: Any, evaluate: Any) -> int:
         a = await py.search(state, evaluate, noise, sims)
         b = await cc.search(state, evaluate, noise, sims)
         assert_same(a, b)
-        target, action = target_and_action(py, a, move)
-        target_b, action_b = target_and_action(cc, b, move)
+        target, action = py.choose(a, move)
+        target_b, action_b = cc.choose(b, move)
         assert action_b == action
         np.testing.assert_array_equal(target, target_b)
         if move % 5 == 4:  # a second search of the same root, as after a version retry
@@ -95,7 +96,7 @@ async def play_lockstep(game: Game, py: Any, cc: Any, evaluate: Any) -> int:
 
 async def _play_lockstep(game: Game, cfg: MCTSConfig, seed: int, evaluate: Any) -> int:
     py = MCTS(game, dataclasses.replace(cfg, core="python"), np.random.default_rng(seed))
-    cc = make_mcts(game, dataclasses.replace(cfg, core="compiled"), np.random.default_rng(seed))
+    cc = make_search(game, dataclasses.replace(cfg, core="compiled"), np.random.default_rng(seed))
     assert isinstance(cc, CompiledMCTS)
     return await play_lockstep(game, py, cc, evaluate)
 
@@ -184,7 +185,7 @@ async def test_a_failed_search_drops_the_tree_and_the_next_one_matches() -> None
         return await good(obs)
 
     cfg = dataclasses.replace(CONFIGS["in_flight"], core="compiled")
-    cc = make_mcts(C4, cfg, np.random.default_rng(0))
+    cc = make_search(C4, cfg, np.random.default_rng(0))
     state = C4.initial_state()
     with pytest.raises(ConnectionError):
         await cc.search(state, flaky, add_noise=True)
@@ -201,16 +202,16 @@ async def test_bad_logits_raise_like_the_python_search() -> None:
         return np.zeros(3, np.float32), 0.0
 
     for core in ("python", "compiled"):
-        m = make_mcts(C4, MCTSConfig(core=core), np.random.default_rng(0))
+        m = make_search(C4, MCTSConfig(core=core), np.random.default_rng(0))
         with pytest.raises(ValueError, match=r"logits of shape \(3,\), expected \(7,\)"):
             await m.search(C4.initial_state(), short, add_noise=False)
-    m = make_mcts(C4, MCTSConfig(core="compiled"), np.random.default_rng(0))
+    m = make_search(C4, MCTSConfig(core="compiled"), np.random.default_rng(0))
     with pytest.raises(ValueError, match="terminal"):
         await m.search(C4.from_moves([0, 1, 0, 1, 0, 1, 0]), short, add_noise=False)
 
 
 async def test_advance_frees_the_dropped_subtrees() -> None:
-    cc = make_mcts(C4, MCTSConfig(num_simulations=200, core="compiled"), np.random.default_rng(0))
+    cc = make_search(C4, MCTSConfig(num_simulations=200, core="compiled"), np.random.default_rng(0))
     assert isinstance(cc, CompiledMCTS)
     res = await cc.search(C4.initial_state(), hashed(), add_noise=True)
     total = cc.tree_nodes
@@ -223,17 +224,17 @@ async def test_advance_frees_the_dropped_subtrees() -> None:
     assert cc.tree_nodes < total
 
 
-def test_make_mcts_chooses() -> None:
+def test_make_search_chooses() -> None:
     rng = np.random.default_rng(0)
-    assert type(make_mcts(C4, MCTSConfig(), rng)) is CompiledMCTS
-    assert type(make_mcts(C4, MCTSConfig(core="python"), rng)) is MCTS
+    assert type(make_search(C4, MCTSConfig(), rng)) is CompiledMCTS
+    assert type(make_search(C4, MCTSConfig(core="python"), rng)) is MCTS
 
     class Other(ConnectFour):  # a subclass may change the rules: the compiled core refuses it
         pass
 
-    assert type(make_mcts(Other(), MCTSConfig(), rng)) is MCTS
+    assert type(make_search(Other(), MCTSConfig(), rng)) is MCTS
     with pytest.raises(ValueError, match="mcts.core=compiled"):
-        make_mcts(Other(), MCTSConfig(core="compiled"), rng)
+        make_search(Other(), MCTSConfig(core="compiled"), rng)
 
 
 async def test_gather_is_used_for_leaves_in_flight() -> None:
@@ -250,7 +251,7 @@ async def test_gather_is_used_for_leaves_in_flight() -> None:
         return await hashed()(obs)
 
     cfg = MCTSConfig(num_simulations=32, leaves_in_flight=8, core="compiled")
-    await make_mcts(C4, cfg, np.random.default_rng(0)).search(
+    await make_search(C4, cfg, np.random.default_rng(0)).search(
         C4.initial_state(), evaluate, add_noise=True
     )
     assert max(seen) > 1

@@ -15,7 +15,7 @@ import pytest
 from actors.compiled_mcts import core
 from actors.config import ActorsConfig
 from actors.evalcache import EvalCache
-from actors.mcts import MCTSConfig
+from actors.search import MCTSConfig
 from actors.selfplay import SelfPlay
 from azserve.client import ClientConfig, EvalClient
 from azserve.errors import VersionUnavailable

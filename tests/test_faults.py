@@ -21,7 +21,7 @@ import zmq
 import zmq.asyncio
 
 from actors.config import ActorsConfig
-from actors.mcts import MCTSConfig
+from actors.search import MCTSConfig
 from actors.selfplay import SelfPlay
 from azserve import ClientConfig, EvalClient
 from azserve.control import ControlClient

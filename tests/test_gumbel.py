@@ -16,9 +16,9 @@ from actors import selfplay
 from actors.config import ActorsConfig
 from actors.games import ConnectFour, Game, TicTacToe
 from actors.games.solver import TicTacToeSolver
-from actors.gumbel import GumbelSearch, completed_q, considered_visits
-from actors.mcts import MCTS, MCTSConfig
-from actors.selfplay import SelfPlay, SelfPlayStats, make_search, play_game
+from actors.gumbel import GumbelSearch, completed_q
+from actors.search import GumbelMoves, MCTSConfig, PuctMoves, considered_visits, make_search
+from actors.selfplay import SelfPlay, SelfPlayStats, play_game
 from actors.sinks import BaseSink
 from azserve.app.bench.selfplay import parse_status_lines
 from azserve.app.schema import load_config
@@ -328,7 +328,8 @@ def test_gumbel_opening_is_checked() -> None:
 def test_resignation_rule_is_the_same_for_both(algorithm: str) -> None:
     cfg = MCTSConfig(algorithm=algorithm, resign_threshold=-0.9, resign_min_moves=3)
     search = make_search(TTT, cfg, np.random.default_rng(0))
-    assert isinstance(search, GumbelSearch if algorithm == "gumbel" else MCTS)
+    # one rule for every search: the Python references and the compiled forms alike
+    assert isinstance(search, GumbelMoves if algorithm == "gumbel" else PuctMoves)
     assert search.should_resign(-0.95, 3, True)
     assert not search.should_resign(-0.95, 2, True)  # too early
     assert not search.should_resign(-0.95, 3, False)  # a no-resign game
@@ -406,7 +407,6 @@ async def test_playout_cap_records_only_full_searches(
     log: list = []
     real = selfplay.make_search
     monkeypatch.setattr(selfplay, "make_search", lambda *a: Recording(real(*a), log))
-    monkeypatch.setattr(selfplay, "target_and_action", _unwrapped(selfplay.target_and_action))
     cfg = MCTSConfig(
         algorithm=algorithm,
         num_simulations=12,
@@ -433,11 +433,6 @@ async def test_playout_cap_records_only_full_searches(
     # PUCT's fast searches drop the root noise; Gumbel's keep it (it samples the moves).
     assert all(e[2] for e in full)
     assert all(e[2] == (algorithm == "gumbel") for e in log if e[1] == 3)
-
-
-def _unwrapped(fn):  # type: ignore[no-untyped-def]
-    """``target_and_action`` dispatches on the search's type: hand it the wrapped search."""
-    return lambda search, res, move: fn(getattr(search, "inner", search), res, move)
 
 
 def test_config_keys_are_checked() -> None:

@@ -10,7 +10,8 @@ import pytest
 
 from actors.games import ConnectFour, Game, TicTacToe
 from actors.games.solver import TicTacToeSolver
-from actors.mcts import MCTS, MCTSConfig
+from actors.mcts import MCTS
+from actors.search import MCTSConfig
 
 TTT, C4 = TicTacToe(), ConnectFour()
 

@@ -12,7 +12,8 @@ import pytest
 pyspiel = pytest.importorskip("pyspiel")
 
 from actors.games import make_game  # noqa: E402
-from actors.mcts import MCTS, MCTSConfig  # noqa: E402
+from actors.mcts import MCTS  # noqa: E402
+from actors.search import MCTSConfig  # noqa: E402
 from learner.checkpoint import latest_checkpoint  # noqa: E402
 from tests.conftest import quick_train_argv  # noqa: E402
 

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import compiled_available, make_gumbel, make_mcts, step_many
+from actors.compiled_mcts import compiled_available, step_many
 from actors.evalcache import EvalCache
 from actors.games import ConnectFour, TicTacToe
-from actors.mcts import MCTSConfig
+from actors.search import MCTSConfig, make_search
 from actors.searchpool import SearchPool
 from actors.selfplay import FinishedGame, SelfPlayStats, play_game
 from tests.test_compiled_mcts import hashed
@@ -154,7 +154,7 @@ async def test_games_on_several_versions_share_rounds_and_keep_their_own() -> No
 async def test_a_failed_evaluation_fails_its_searches_and_the_pool_goes_on() -> None:
     client = Client(fail_on=3)
     pool = SearchPool(client.evaluate, 8)
-    searches = [make_gumbel(C4, CONFIGS["gumbel"], np.random.default_rng(i)) for i in range(4)]
+    searches = [make_search(C4, CONFIGS["gumbel"], np.random.default_rng(i)) for i in range(4)]
     futs = [pool.search(s, C4.initial_state(), 3, True, 16) for s in searches]
     results = await asyncio.gather(*futs, return_exceptions=True)
     assert all(isinstance(r, RuntimeError) for r in results)
@@ -177,10 +177,10 @@ async def test_bad_logits_fail_only_that_search() -> None:
 
     pool = SearchPool(evaluate, 8)
     bad = pool.search(
-        make_mcts(C4, MCTSConfig(), np.random.default_rng(0)), C4.initial_state(), 9, False, 8
+        make_search(C4, MCTSConfig(), np.random.default_rng(0)), C4.initial_state(), 9, False, 8
     )
     ok = pool.search(
-        make_mcts(C4, MCTSConfig(), np.random.default_rng(1)), C4.initial_state(), 3, False, 8
+        make_search(C4, MCTSConfig(), np.random.default_rng(1)), C4.initial_state(), 3, False, 8
     )
     with pytest.raises(ValueError, match=r"logits of shape \(3,\)"):
         await bad
@@ -191,10 +191,10 @@ async def test_bad_logits_fail_only_that_search() -> None:
 async def test_a_cancelled_search_leaves_its_lane() -> None:
     client = Client(delay=0.01)
     pool = SearchPool(client.evaluate, 8)
-    a = make_gumbel(
+    a = make_search(
         C4, MCTSConfig(algorithm="gumbel", num_simulations=64), np.random.default_rng(0)
     )
-    b = make_gumbel(
+    b = make_search(
         C4, MCTSConfig(algorithm="gumbel", num_simulations=16), np.random.default_rng(1)
     )
     fa = pool.search(a, C4.initial_state(), 3, True, 64)
@@ -210,12 +210,12 @@ async def test_a_cancelled_search_leaves_its_lane() -> None:
 
 async def test_searches_the_pool_cannot_drive_are_told_apart() -> None:
     rng = np.random.default_rng(0)
-    assert SearchPool.supports(make_gumbel(C4, CONFIGS["gumbel"], rng))
-    assert SearchPool.supports(make_mcts(TTT, MCTSConfig(), rng))
-    assert not SearchPool.supports(make_mcts(C4, MCTSConfig(leaves_in_flight=4), rng))
-    assert not SearchPool.supports(make_mcts(C4, MCTSConfig(core="python"), rng))
+    assert SearchPool.supports(make_search(C4, CONFIGS["gumbel"], rng))
+    assert SearchPool.supports(make_search(TTT, MCTSConfig(), rng))
+    assert not SearchPool.supports(make_search(C4, MCTSConfig(leaves_in_flight=4), rng))
+    assert not SearchPool.supports(make_search(C4, MCTSConfig(core="python"), rng))
     assert not SearchPool.supports(
-        make_gumbel(C4, dataclasses.replace(CONFIGS["gumbel"], core="python"), rng)
+        make_search(C4, dataclasses.replace(CONFIGS["gumbel"], core="python"), rng)
     )
     with pytest.raises(ValueError, match="max_rows"):
         SearchPool(Client().evaluate, 0)
@@ -226,9 +226,7 @@ async def test_searches_the_pool_cannot_drive_are_told_apart() -> None:
 
 def _started(cfg: MCTSConfig, seed: int) -> tuple[Any, np.ndarray]:
     """A compiled search from the opening, its root expanded and its first leaf in obs."""
-    search = (make_gumbel if cfg.algorithm == "gumbel" else make_mcts)(
-        C4, cfg, np.random.default_rng(seed)
-    )
+    search = make_search(C4, cfg, np.random.default_rng(seed))
     assert search.begin(C4.initial_state())
     root = np.empty(C4.obs_shape, np.uint8)
     search.tree.root_obs(root)
@@ -281,7 +279,7 @@ def test_step_many_is_step_on_each_tree(name: str, dtype: Any) -> None:
 def test_step_many_fails_only_the_trees_that_cannot_step() -> None:
     cfg = CONFIGS["gumbel"]
     (a, oa), (b, ob) = _started(cfg, 0), _started(cfg, 1)
-    idle = make_gumbel(C4, cfg, np.random.default_rng(2))  # no search: no pending leaf
+    idle = make_search(C4, cfg, np.random.default_rng(2))  # no search: no pending leaf
     logits, values = _answer(np.stack([oa, oa, ob, oa]), np.float32)
     flags, errors = step_many(
         [a.tree, idle.tree, b.tree, "not a tree"], logits, values, [oa, oa.copy(), ob, oa.copy()]
@@ -363,7 +361,7 @@ def test_the_compiled_cache_step_fails_only_the_trees_that_cannot_step() -> None
     cache = EvalCache(1 << 20, "compiled")
     store, kind = cache.compiled, cache.kind(np.empty(C4.obs_shape, np.uint8))
     (a, oa) = _started(cfg, 0)
-    idle = make_gumbel(C4, cfg, np.random.default_rng(2))
+    idle = make_search(C4, cfg, np.random.default_rng(2))
     logits, values = _answer(np.stack([oa, oa]), np.float32)
     flags, errors, hits = store.step([a.tree, idle.tree], logits, values, [oa, oa.copy()], 1, kind)
     assert list(flags) == [1, 0] and hits == 0 and [i for i, _ in errors] == [1]
@@ -415,10 +413,10 @@ async def test_the_pool_steps_inner_leaves_in_c_and_fails_bad_rows_per_search(
 
     pool = SearchPool(evaluate, 8)
     cfg = CONFIGS["gumbel"]
-    bad = [pool.search(make_gumbel(C4, cfg, np.random.default_rng(i)), C4.initial_state(), 9,
+    bad = [pool.search(make_search(C4, cfg, np.random.default_rng(i)), C4.initial_state(), 9,
                        True, 16) for i in range(2)]  # fmt: skip
     ok = pool.search(
-        make_gumbel(C4, cfg, np.random.default_rng(5)), C4.initial_state(), 3, True, 16
+        make_search(C4, cfg, np.random.default_rng(5)), C4.initial_state(), 3, True, 16
     )
     for fut in bad:
         with pytest.raises(ValueError, match=r"logits of shape \(3,\)"):
@@ -460,9 +458,9 @@ async def test_with_the_cache_inner_leaves_still_step_in_c_and_bad_replies_are_n
         calls = counting.calls
     pool = SearchPool(evaluate, 8, cache=cache)
     cfg = CONFIGS["gumbel"]
-    bad = [pool.search(make_gumbel(C4, cfg, np.random.default_rng(i)), C4.initial_state(), 9,
+    bad = [pool.search(make_search(C4, cfg, np.random.default_rng(i)), C4.initial_state(), 9,
                        True, 16) for i in range(2)]  # fmt: skip
-    ok = [pool.search(make_gumbel(C4, cfg, np.random.default_rng(i)), C4.initial_state(), 3,
+    ok = [pool.search(make_search(C4, cfg, np.random.default_rng(i)), C4.initial_state(), 3,
                       True, 16) for i in range(2)]  # fmt: skip
     for fut in bad:
         with pytest.raises(ValueError, match=r"logits of shape \(3,\)"):
@@ -530,14 +528,14 @@ async def test_a_lane_that_dies_fails_its_searches_and_the_pool(
 
     monkeypatch.setattr(searchpool._Lane, "_round", broken)
     pool = SearchPool(Client().evaluate, 8)
-    search = make_gumbel(C4, CONFIGS["gumbel"], np.random.default_rng(0))
+    search = make_search(C4, CONFIGS["gumbel"], np.random.default_rng(0))
     fut = pool.search(search, C4.initial_state(), 3, True, 16)
     with pytest.raises(ComponentFailed, match="a bug in the round"):
         await fut
     await asyncio.sleep(0)
     assert isinstance(pool.lifecycle.error, RuntimeError) and pool.lifecycle.failed.is_set()
     assert search.tree_nodes == 0  # its tree was reset
-    other = make_gumbel(C4, CONFIGS["gumbel"], np.random.default_rng(1))
+    other = make_search(C4, CONFIGS["gumbel"], np.random.default_rng(1))
     with pytest.raises(ComponentFailed, match="search-pool is failed"):
         pool.search(other, C4.initial_state(), 3, True, 16)
     await pool.aclose()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from actors.config import ActorsConfig
-from actors.mcts import MCTSConfig
+from actors.search import MCTSConfig
 from actors.selfplay import SelfPlay
 from azserve.backends import BackendConfig, make_backend
 from azserve.backends.synthetic import projection, synthetic_outputs

@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from actors.compiled_mcts import make_mcts
 from actors.games import Game, State, make_game
-from actors.mcts import MCTSConfig
+from actors.search import MCTSConfig, make_search
 from azserve.app.config import apply_overrides, from_dict
 from azserve.app.presets import resolve_config
 from azserve.app.schema import Config, load_config
@@ -118,10 +117,11 @@ class Agent:
         policy, values = self.policy_value(states)
         if sims <= 0:
             return [Analysis(p, float(v), int(np.argmax(p)), None) for p, v in zip(policy, values)]
-        cfg = replace(self.mcts_cfg, num_simulations=sims)
+        # PUCT whatever self-play used: analysis reads the root's visit counts.
+        cfg = replace(self.mcts_cfg, num_simulations=sims, algorithm="puct")
 
         async def one(i: int, s: State) -> np.ndarray:
-            mcts = make_mcts(self.game, cfg, np.random.default_rng([self.seed, i]))
+            mcts = make_search(self.game, cfg, np.random.default_rng([self.seed, i]))
             return (await mcts.search(s, self.evaluator, add_noise=False)).visits
 
         visits = await asyncio.gather(*(one(i, s) for i, s in enumerate(states)))

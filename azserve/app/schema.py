@@ -19,7 +19,7 @@ from typing import Any
 
 from actors.config import ActorsConfig
 from actors.games import Game, make_game
-from actors.mcts import MCTSConfig
+from actors.search import MCTSConfig
 from azserve.app.config import apply_overrides, dump_toml, from_dict, read_toml, to_dict
 from azserve.auth import AuthConfig
 from azserve.backends.base import BackendConfig
