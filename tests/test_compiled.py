@@ -315,3 +315,44 @@ def test_train_chooses_following_threads_by_default() -> None:
     assert TrainConfig().server_threads == 0
     assert server_threads(0) == {"threads": 1, "auto_threads": True}
     assert server_threads(2) == {"threads": 2, "auto_threads": False}
+
+
+def test_warm_graphs_called_from_many_threads_leave_later_compiles_possible() -> None:
+    """torch's compile stance is one per process: warm graphs run under ``fail_on_recompile``
+    from several threads at once (two backends, a compute and a loader thread), and afterwards
+    the process compiles as before. A stance left behind would make the next backend's warm-up,
+    or a trainer's ``compile = true``, raise (as it once did in this suite)."""
+    import threading
+
+    from azserve.backends.torch_program import make_program
+    from azserve.model.weights import bytes_to_state_dict
+
+    plan = resolve_plan(
+        BackendConfig(device="cpu", compile="inductor", dtype="float32", batch_buckets=(4,)),
+        torch.device("cpu"),
+    )
+    program = make_program(NET, plan, torch.device("cpu"))
+    weights = program.prepare(bytes_to_state_dict(trained_blob(4)))
+    x = torch.from_numpy(positions(4, seed=4)).float()
+    with torch.inference_mode():
+        want, _ = program(weights, x)  # compiles
+    program.warmed()
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            with torch.inference_mode():
+                for _ in range(100):
+                    logits, _ = program(weights, x)
+                    assert torch.equal(logits, want)
+        except BaseException as e:  # noqa: BLE001 - reported by the assert below
+            errors.append(e)
+
+    threads = [threading.Thread(target=serve) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    later = torch.compile(lambda t: torch.tanh(t) * 3)
+    assert torch.allclose(later(torch.ones(3)), torch.tanh(torch.ones(3)) * 3)

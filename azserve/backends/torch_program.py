@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import logging
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -180,6 +181,38 @@ class JitProgram(Program):
         return weights(x)  # type: ignore[no-any-return]
 
 
+class _HotStance:
+    """``fail_on_recompile`` for as long as any warm graph of this process runs.
+
+    torch keeps one compile stance per *process*, and ``torch.compiler.set_stance`` as a context
+    manager restores on exit what it saw on entry: two threads that interleave (a compute thread
+    and a loader's check, two backends) leave ``fail_on_recompile`` set for good, and every later
+    compile in the process (another backend's warm-up, a trainer's ``compile = true``) raises.
+    Here the stance is set when the first warm call enters and put back when the last leaves."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._set: Any = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._inside == 0:  # set now; its exit puts back the stance it replaced
+                self._set = torch.compiler.set_stance("fail_on_recompile")
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inside -= 1
+                if self._inside == 0:
+                    self._set.__exit__(None, None, None)
+
+
+HOT_STANCE = _HotStance()
+
+
 class InductorProgram(Program):
     """One compiled functional graph (per bucket shape) shared by every version."""
 
@@ -197,7 +230,7 @@ class InductorProgram(Program):
         with _torch_internal_deprecations():
             import torch._inductor.compile_fx  # noqa: F401 - imported here, quietly
         self._fn: Callable[..., Any] = torch.compile(forward, mode=mode, dynamic=False)
-        self._stance = "default"
+        self._warm = False
 
     def prepare(self, state: dict[str, torch.Tensor]) -> Weights:
         folded = self.place(fold_batchnorm(self.module_fp32(state)))
@@ -215,7 +248,9 @@ class InductorProgram(Program):
         return module.eval()
 
     def __call__(self, weights: Weights, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        with torch.compiler.set_stance(self._stance):  # type: ignore[arg-type]
+        if not self._warm:  # compiling: before serving, on one thread
+            return self._fn(weights, x)  # type: ignore[no-any-return]
+        with HOT_STANCE.held():
             return self._fn(weights, x)  # type: ignore[no-any-return]
 
     def expect_graphs(self, n: int) -> None:
@@ -226,7 +261,7 @@ class InductorProgram(Program):
         dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, n + 1)
 
     def warmed(self) -> None:
-        self._stance = "fail_on_recompile"
+        self._warm = True
 
 
 PROGRAMS: dict[str, type[Program]] = {
