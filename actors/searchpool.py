@@ -48,7 +48,7 @@ log = logging.getLogger("actors.searchpool")
 
 Evaluate = Any
 """``evaluate(obs [n, C, H, W], version) -> awaitable (logits [n, A], values [n])``:
-``EvalClient.evaluate``."""
+``EvalClient.evaluate_rows`` (the lane's stack is one message, sent as it is)."""
 
 
 class _Job:
@@ -281,7 +281,8 @@ class _Lane:
         sent = []
         for version, (inner, roots) in groups.items():
             group = inner + roots if roots else inner
-            # One copy of the leaves, no per-leaf arrays (the client copies once more to send).
+            # The one copy of the leaves between the trees and the socket: the client sends
+            # this buffer as it is (evaluate_rows), and the cache keys its rows from it.
             joined = b"".join([j.obs for j in group])  # type: ignore[misc]
             stack = np.frombuffer(joined, np.uint8).reshape(len(group), *group[0].obs.shape)
             self._asked(len(group))

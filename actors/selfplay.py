@@ -285,7 +285,7 @@ class SelfPlay:
         """Play until ``stop`` is set or the game budget is spent; games in progress then end."""
         if self.cfg.search_pool:
             self.pool = SearchPool(
-                self.client.evaluate, self.client.cfg.max_rows, self.stats, self.cache
+                self.client.evaluate_rows, self.client.cfg.max_rows, self.stats, self.cache
             )
         workers = [
             asyncio.create_task(self._worker(i), name=f"game-{i}") for i in range(self.cfg.games)

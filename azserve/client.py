@@ -2,7 +2,8 @@
 
 Every coroutine awaits ``evaluate``; all leaves pending in one event-loop tick travel in one
 message per weights version (bounded by ``max_rows``), and replies are routed back to the
-waiting futures. Heartbeats renew the process's version pins, detect a restarted server, and
+waiting futures. A caller that batches its own rows (a search pool's lane) sends them with
+``evaluate_rows``: one message, as they are. Heartbeats renew the process's version pins, detect a restarted server, and
 resend what it lost. Its receive and heartbeat tasks are watched: if one dies, every pending
 future fails at once with a clear error (not a timeout 30 s later) and the client is ``failed``.
 
@@ -203,6 +204,24 @@ class EvalClient:
         )
         return fut
 
+    def evaluate_rows(self, obs: np.ndarray, version: int = -1) -> asyncio.Future[Any]:
+        """A stack ``[n,C,H,W]`` its caller has batched already (a search pool's lane, at most
+        ``max_rows``), sent now as a message of its own, not regrouped with this tick's leaves:
+        its buffer is framed as it is (the client copies none of its rows; do not write to it
+        until the future is done). -> (logits ``[n,A]``, values ``[n]``)."""
+        if self.lifecycle.state is not State.RUNNING:
+            self.lifecycle.check_running(ServerClosed)
+        n = obs.shape[0] if obs.ndim == 4 else 0
+        if obs.ndim != 4 or not 0 < n <= self.cfg.max_rows:
+            raise ValueError(
+                f"evaluate_rows takes [n,C,H,W] with 1 <= n <= client.max_rows "
+                f"({self.cfg.max_rows}), got shape {list(obs.shape)}"
+            )
+        assert self._loop is not None
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._send_request(version, obs, [(fut, 0, n)], time.monotonic())
+        return fut
+
     def _flush(self, pending: dict[tuple[int, tuple[int, ...], np.dtype], list[_Leaf]]) -> None:
         """Send everything queued this tick: one message per version (and position shape and
         dtype), split at ``max_rows``."""
@@ -235,11 +254,20 @@ class EvalClient:
             obs = np.frombuffer(joined, first.dtype).reshape(row, *first.shape[-3:])
         except (BufferError, TypeError):  # a caller's array that is not C-contiguous
             obs = np.concatenate([o[None] if single else o for o, _, single in chunk])
+        self._send_request(version, obs, futures, now)
+
+    def _send_request(
+        self,
+        version: int,
+        obs: np.ndarray,
+        futures: list[tuple[asyncio.Future[Any], int, int]],
+        now: float,
+    ) -> None:
         rid = next(self._ids)
         frames = P.encode(P.EvalRequest(id=rid, model=self.cfg.model, version=version), [obs])
         self._inflight[rid] = _InFlight(frames, futures, now, now)
         self.stats.messages += 1
-        self.stats.rows += row
+        self.stats.rows += obs.shape[0]
         self._send_frames(frames)
 
     # --- control ops ---------------------------------------------------------------------------
@@ -341,7 +369,7 @@ class EvalClient:
             if len(self.stats.rtt_ms) > 4096:
                 del self.stats.rtt_ms[:2048]
             logits, value = arrays
-            if len(inf.futures) == 1 and inf.futures[0][2] > 0:  # one stack (a search pool's)
+            if len(inf.futures) == 1 and inf.futures[0][2] > 0:  # one stack (evaluate_rows)
                 fut, row, n = inf.futures[0]
                 if not fut.done():
                     fut.set_result((logits[row : row + n], value[row : row + n]))

@@ -50,12 +50,12 @@ class CheckingClient(EvalClient):
         self.served: dict[int, int] = {}
         self.mismatches: list[tuple[int, int]] = []
 
-    def _send_chunk(self, version: int, chunk: Any, now: float) -> None:
+    def _send_request(self, version: int, obs: Any, futures: Any, now: float) -> None:
         self.requested[self._peek_id()] = version
-        super()._send_chunk(version, chunk, now)
+        super()._send_request(version, obs, futures, now)
 
     def _peek_id(self) -> int:
-        # The next id _send_chunk will take: itertools.count has no peek, so advance and
+        # The next id _send_request will take: itertools.count has no peek, so advance and
         # rebuild it (the sequence is unchanged).
         import itertools
 

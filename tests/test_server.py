@@ -79,6 +79,35 @@ async def test_many_coroutines_through_one_client(
     assert status["batches"] < 310
 
 
+async def test_rows_batched_by_their_caller_go_out_as_they_are(
+    make_server: MakeServer, make_client: MakeClient, ref: Reference
+) -> None:
+    """``evaluate_rows`` (a search pool's lane): each stack is one message of its own, its
+    buffer sent without a copy, beside single leaves coalesced as before; a stack over
+    ``max_rows`` or not ``[n,C,H,W]`` is refused before anything is sent."""
+    server = await make_server()
+    client = await make_client(server.endpoint, max_rows=16)
+    stacks = positions(48, seed=3).reshape(3, 16, *NET.obs_shape)
+    leaves = positions(5, seed=4)
+    answers = await asyncio.gather(
+        *(client.evaluate_rows(stacks[i]) for i in range(3)),
+        *(client.evaluate(leaves[i]) for i in range(5)),
+    )
+    for i in range(3):
+        logits, values = answers[i]
+        assert logits.shape == (16, NET.num_actions) and values.shape == (16,)
+        assert ref.matches(stacks[i], logits, values)
+    assert ref.rows_matching(
+        leaves, np.stack([a[0] for a in answers[3:]]), np.array([a[1] for a in answers[3:]])
+    ).all()
+    assert (client.stats.messages, client.stats.rows) == (4, 53)  # 3 stacks + 1 tick of leaves
+    with pytest.raises(ValueError, match="max_rows"):
+        client.evaluate_rows(positions(17, seed=5))
+    with pytest.raises(ValueError, match=r"\[n,C,H,W\]"):
+        client.evaluate_rows(leaves[0])
+    assert client.stats.messages == 4
+
+
 async def test_plain_msgpack_client(
     make_server: MakeServer, zmq_sockets: ZmqSockets, ref: Reference
 ) -> None:
