@@ -1,4 +1,4 @@
-"""``python -m actors.bench_pool``: both variants play the same games (same seeds, same
+"""``python -m azserve.app.bench.pool``: both variants play the same games (same seeds, same
 simulations) on the instant evaluator, and the report says what each cost."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from actors import bench_pool
 from actors.compiled_mcts import compiled_available
 from actors.games import ConnectFour
+from azserve.app.bench import pool as bench_pool
 
 pytestmark = pytest.mark.skipif(
     not compiled_available(ConnectFour()), reason="actors._mcts_core was not built"

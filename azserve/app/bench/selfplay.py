@@ -15,7 +15,7 @@ measured:
 
 Then each side's capacity is measured alone, and converted to self-play positions/s:
 
-- actor: simulations per CPU-second of ``actors.bench_mcts`` (zero-cost evaluator) x actor
+- actor: simulations per CPU-second of ``azserve.app.bench.mcts`` (zero-cost evaluator) x actor
   processes, / simulations per position;
 - inference: the model's own rows/s at the batch sizes the server formed, / evaluations per
   position;
@@ -274,11 +274,11 @@ def server_cache_window(first: dict[str, Any], last: dict[str, Any]) -> dict[str
 
 
 def actor_capacity(cfg: Config, seconds: float, workdir: Path) -> dict[str, Any]:
-    """``actors.bench_mcts`` in a child: MCTS simulations per CPU-second, zero-cost evaluator.
+    """``azserve.app.bench.mcts`` in a child: MCTS simulations per CPU-second, zero-cost evaluator.
     It shares its budget with OpenSpiel's bots when those are installed, hence the factor 4."""
     out = workdir / "mcts.json"
     argv = python_argv(
-        "actors.bench_mcts",
+        "azserve.app.bench.mcts",
         "--seconds",
         str(4 * seconds),
         "--simulations",
@@ -307,7 +307,7 @@ def verdict(
 
     The actor side's rate is simulations per CPU-second *in this run* when the actors' CPU time
     could be read (it includes the client, the real priors and the game bookkeeping that the
-    zero-cost bench leaves out), else ``sims_per_core`` from ``actors.bench_mcts``."""
+    zero-cost bench leaves out), else ``sims_per_core`` from ``azserve.app.bench.mcts``."""
     pos = point["positions_per_s"]
     sims_per_pos = cfg.mcts.mean_simulations  # one search per move
     evals_per_pos = point["evaluations_per_s"] / pos if pos else cfg.mcts.num_simulations

@@ -1,6 +1,6 @@
 """Simulations per second per core: our MCTS against OpenSpiel's, on Connect Four, Othello or Go.
 
-    python -m actors.bench_mcts [--game connect4|othello|go9] [--seconds 40] [--simulations 800]
+    python -m azserve.app.bench.mcts [--game connect4|othello|go9] [--seconds 40] [--simulations 800]
         [--json OUT]
 
 Contenders, each playing whole self-play games move by move:
@@ -210,7 +210,9 @@ async def run(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m azserve.app.bench.mcts", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--game", choices=sorted(OPENSPIEL_NAMES), default="connect4")
     parser.add_argument("--seconds", type=float, default=40.0, help="CPU seconds in all")
     parser.add_argument("--simulations", type=int, default=800, help="simulations per move")

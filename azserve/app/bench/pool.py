@@ -1,6 +1,6 @@
 """The actor side alone: whole self-play games on an evaluator that costs nothing.
 
-``python -m actors.bench_pool`` plays ``--games`` concurrent games of ``play_game`` (move
+``python -m azserve.app.bench.pool`` plays ``--games`` concurrent games of ``play_game`` (move
 choice, recording, resignation: everything an actor process does per move) in one process,
 answered by an in-process evaluator that returns at once (a fixed random projection of each
 position's bytes; no network, no sockets, no server). Variants take turns in rounds, so that
@@ -110,7 +110,9 @@ def _rounded(x: float | None) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m azserve.app.bench.pool", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--game", default="connect4")
     ap.add_argument("--games", type=int, default=256, help="concurrent games")
     ap.add_argument("--per-round", type=int, default=1000, help="games per variant per round")
