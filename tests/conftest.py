@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import json
 import os
 import socket
 import sys
@@ -391,3 +392,14 @@ def quick_train_argv(config: str, run_dir: Path, *sets: str) -> list[str]:
     head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.app.cli"]
     argv = [*head, "train", "--config", config, "--run-dir", str(run_dir), "--no-progress"]
     return argv + [a for s in (*QUICK_TRAIN_SETS, *sets) for a in ("--set", s)]
+
+
+def run_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The learner's metrics rows of a run so far (none before the first; a torn last line,
+    being written, is skipped)."""
+    path = run_dir / "metrics.jsonl"
+    rows = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        with contextlib.suppress(json.JSONDecodeError):
+            rows.append(json.loads(line))
+    return rows

@@ -75,6 +75,18 @@ class NetnsHost:
         """Every process running inside the namespace."""
         return _pids(self.name)
 
+    def azserve_pid(self, word: bytes) -> int:
+        """The pid of the azserve process in the namespace whose command line has ``word``
+        (``b"serve"``, ``b"--rank"``)."""
+        for pid in self.pids():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"azserve.app.cli" in cmd and word in cmd:
+                return pid
+        raise AssertionError(f"no azserve process with {word!r} in {self.name}")
+
 
 @dataclass(frozen=True)
 class NetnsLan(Sequence[NetnsHost]):

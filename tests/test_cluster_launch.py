@@ -24,7 +24,8 @@ from azserve.app.cluster.slurm import expand_nodelist
 from azserve.app.cluster.spec import load_cluster
 from azserve.app.schema import load_config
 from azserve.errors import AzserveError, ConfigError
-from tests.netns import NetnsHost, NetnsLan, unavailable
+from tests.conftest import run_metrics
+from tests.netns import NetnsLan, unavailable
 
 REPO = Path(__file__).resolve().parents[1]
 TTT = REPO / "configs" / "tictactoe.toml"
@@ -418,24 +419,6 @@ server = "s1"
     return write(tmp_path / "cluster.toml", text)
 
 
-def _metrics(run_dir: Path) -> list[dict]:
-    p = run_dir / "metrics.jsonl"
-    if not p.exists():
-        return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-
-
-def _serve_pid(host: NetnsHost) -> int:
-    for pid in host.pids():
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"azserve.app.cli" in cmd and b"serve" in cmd:
-            return pid
-    raise AssertionError(f"no azserve serve in {host.name}")
-
-
 def _caught_up(log: Path, offset: int) -> bool:
     """Whether the server restarted after ``offset`` of its log went live on a version > 0."""
     with log.open("rb") as f:
@@ -466,7 +449,7 @@ def test_launch_across_three_namespaces_two_servers_kill_then_ctrl_c_leaves_noth
     try:
         deadline = time.monotonic() + 150
         while time.monotonic() < deadline:
-            rows = _metrics(run_dir)
+            rows = run_metrics(run_dir)
             if rows and rows[-1]["version"] >= 2:
                 break
             assert launcher.poll() is None, launcher.communicate()[0].decode()[-3000:]
@@ -479,7 +462,7 @@ def test_launch_across_three_namespaces_two_servers_kill_then_ctrl_c_leaves_noth
         # restarts it and the learner catches it up with the current version
         s1_log = run_dir / "logs" / lan[1].name / "server-s1.log"
         offset = s1_log.stat().st_size
-        victim = _serve_pid(lan[1])
+        victim = lan[1].azserve_pid(b"serve")
         os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 90
         while not _caught_up(s1_log, offset):
@@ -507,7 +490,7 @@ def test_launch_across_three_namespaces_two_servers_kill_then_ctrl_c_leaves_noth
     assert summary["games_stored"] > 0
     assert summary["restarts"]["server-s1"] == 1 and summary["restarts"]["server-s0"] == 0
     # versions rose and both servers went live on them (their logs, pulled into the run dir)
-    versions = [r["version"] for r in _metrics(run_dir)]
+    versions = [r["version"] for r in run_metrics(run_dir)]
     assert versions == sorted(versions) and versions[-1] >= 2
     for name, host in (("s0", lan[0]), ("s1", lan[1])):
         server_log = (run_dir / "logs" / host.name / f"server-{name}.log").read_text()

@@ -23,7 +23,8 @@ from azserve.app.cluster.spec import load_cluster
 from azserve.app.schema import load_config
 from azserve.errors import ConfigError
 from learner.distributed import interface_of, pin_interface
-from tests.netns import NetnsHost, unavailable
+from tests.conftest import run_metrics
+from tests.netns import unavailable
 
 REPO = Path(__file__).resolve().parents[1]
 TTT = REPO / "configs" / "tictactoe.toml"
@@ -162,28 +163,10 @@ games = 16
     return write(tmp_path / "cluster.toml", text)
 
 
-def _metrics(run_dir: Path) -> list[dict]:
-    p = run_dir / "metrics.jsonl"
-    if not p.exists():
-        return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-
-
-def _rank_pid(host: NetnsHost) -> int:
-    for pid in host.pids():
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"azserve.app.cli" in cmd and b"--rank" in cmd:
-            return pid
-    raise AssertionError(f"no learner rank in {host.name}")
-
-
 def _wait_version(run_dir: Path, version: int, launcher: subprocess.Popen, s: float) -> None:
     deadline = time.monotonic() + s
     while time.monotonic() < deadline:
-        rows = _metrics(run_dir)
+        rows = run_metrics(run_dir)
         if rows and rows[-1]["version"] >= version:
             return
         assert launcher.poll() is None, launcher.communicate()[0].decode()[-3000:]
@@ -220,8 +203,8 @@ def test_two_ranks_in_two_namespaces_train_and_survive_kill_9_of_rank_1(
         assert "collectives over eth0" in text, text[-2000:]
         # kill -9 rank 1 (away from the run dir): the group breaks, rank 0 exits, both are
         # restarted, and training goes on from the newest checkpoint with rising versions
-        before = _metrics(run_dir)[-1]["version"]
-        os.kill(_rank_pid(lan[1]), signal.SIGKILL)
+        before = run_metrics(run_dir)[-1]["version"]
+        os.kill(lan[1].azserve_pid(b"--rank"), signal.SIGKILL)
         _wait_version(run_dir, before + 3, launcher, 240)
         launcher.send_signal(signal.SIGINT)
         out = launcher.communicate(timeout=180)[0].decode()
@@ -237,7 +220,7 @@ def test_two_ranks_in_two_namespaces_train_and_survive_kill_9_of_rank_1(
     assert summary["restarts"].get("learner-rank-1", 0) >= 1, summary
     assert summary["restarts"].get("learner", 0) >= 1, summary
     assert summary["games_stored"] > 0
-    versions = [r["version"] for r in _metrics(run_dir)]
+    versions = [r["version"] for r in run_metrics(run_dir)]
     assert versions == sorted(versions), versions
     # rank 1 came back and rejoined; it stopped at rank 0's word, not by a signal
     text = rank_log.read_text()
