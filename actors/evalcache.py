@@ -183,19 +183,17 @@ class EvalCache:
         the event loop before the caller resumes); the answer is stored by a callback that runs
         before the caller's. Callers that join a position in flight get futures of their own."""
         loop = asyncio.get_running_loop()
-        store = self._store
 
         def cached(obs: np.ndarray) -> Any:
             if obs.ndim != 3:
                 return evaluate(obs, version)
-            kind = self.kind(obs)
             obs = np.ascontiguousarray(obs)
-            hit = store.lookup(version, kind, obs)
+            hit = self.lookup(version, obs)
             if hit is not None:
                 fut: asyncio.Future[Result] = loop.create_future()
-                fut.set_result(_result(hit))
+                fut.set_result(hit)
                 return fut
-            key = (version, kind, obs.tobytes())
+            key = (version, self.kind(obs), obs.tobytes())
             waiters = self._inflight.get(key)
             if waiters is not None:
                 self._joins += 1  # shared, not a miss: nothing is sent for it
@@ -209,7 +207,9 @@ class EvalCache:
 
     def lookup(self, version: int, obs: np.ndarray) -> Result | None:
         """The cached result of one position ``[C,H,W]`` on ``version`` (counted as a hit), or
-        None (counted as a miss): the synchronous path of ``actors.searchpool``."""
+        None (counted as a miss). The one lookup in Python: ``evaluator`` (a search's leaves,
+        one by one) and ``actors.searchpool`` (a pooled search's root, or every leaf without the
+        compiled store) both call it; ``Cache.step`` is the same store's lookup in C."""
         hit = self._store.lookup(version, self.kind(obs), np.ascontiguousarray(obs))
         return None if hit is None else _result(hit)
 
