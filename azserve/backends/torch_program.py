@@ -188,7 +188,9 @@ class _HotStance:
     manager restores on exit what it saw on entry: two threads that interleave (a compute thread
     and a loader's check, two backends) leave ``fail_on_recompile`` set for good, and every later
     compile in the process (another backend's warm-up, a trainer's ``compile = true``) raises.
-    Here the stance is set when the first warm call enters and put back when the last leaves."""
+    Here the stance is set when the first warm call enters and put back when the last leaves.
+    A compile that runs *while* another thread's warm graph computes still sees the stance and
+    raises: compile before serving (as ``TorchBackend.start`` does), not beside it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
