@@ -187,13 +187,14 @@ class EvalCache:
         def cached(obs: np.ndarray) -> Any:
             if obs.ndim != 3:
                 return evaluate(obs, version)
+            kind = self.kind(obs)
             obs = np.ascontiguousarray(obs)
-            hit = self.lookup(version, obs)
+            hit = self._find(version, kind, obs)
             if hit is not None:
                 fut: asyncio.Future[Result] = loop.create_future()
                 fut.set_result(hit)
                 return fut
-            key = (version, self.kind(obs), obs.tobytes())
+            key = (version, kind, obs.tobytes())
             waiters = self._inflight.get(key)
             if waiters is not None:
                 self._joins += 1  # shared, not a miss: nothing is sent for it
@@ -210,7 +211,10 @@ class EvalCache:
         None (counted as a miss). The one lookup in Python: ``evaluator`` (a search's leaves,
         one by one) and ``actors.searchpool`` (a pooled search's root, or every leaf without the
         compiled store) both call it; ``Cache.step`` is the same store's lookup in C."""
-        hit = self._store.lookup(version, self.kind(obs), np.ascontiguousarray(obs))
+        return self._find(version, self.kind(obs), np.ascontiguousarray(obs))
+
+    def _find(self, version: int, kind: int, obs: np.ndarray) -> Result | None:
+        hit = self._store.lookup(version, kind, obs)
         return None if hit is None else _result(hit)
 
     def put_rows(

@@ -3,8 +3,8 @@
 Every coroutine awaits ``evaluate``; all leaves pending in one event-loop tick travel in one
 message per weights version (bounded by ``max_rows``), and replies are routed back to the
 waiting futures. A caller that batches its own rows (a search pool's lane) sends them with
-``evaluate_rows``: one message, as they are. Heartbeats renew the process's version pins, detect a restarted server, and
-resend what it lost. Its receive and heartbeat tasks are watched: if one dies, every pending
+``evaluate_rows``: one message, as they are. Heartbeats renew the process's version pins,
+detect a restarted server, and resend what it lost. Its receive and heartbeat tasks are watched: if one dies, every pending
 future fails at once with a clear error (not a timeout 30 s later) and the client is ``failed``.
 
 The blocking ``SyncClient`` lives in ``azserve.sync_client``; weight loads and status, the
