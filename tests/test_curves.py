@@ -158,6 +158,38 @@ def test_runs_without_evaluations_give_figures_and_no_image(tmp_path: Path) -> N
     assert "-" in format_table(figures).splitlines()[1]
 
 
+def test_games_without_benchmark_sets_give_their_matches_and_no_image(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Othello has no mistake sets: its runs' evaluations are matches only. The comparison
+    ends without an image, says so, and the figures carry each run's last matches."""
+    cfg = load_config(REPO / "configs" / "othello.toml")
+    for label, wins in (("aug", 19), ("none", 12)):
+        run_dir = tmp_path / label
+        run_dir.mkdir()
+        rows = [metrics_row(1000.0 + 30 * i, 50 * i, 400 * i) for i in range(3)]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        evals = [
+            {"step": 50, "full": False, "vs_random": {"win": 10, "draw": 0, "loss": 10}},
+            {
+                "step": 100,
+                "full": True,
+                "vs_random": {"win": wins, "draw": 0, "loss": 20 - wins},
+                "vs_previous": {"win": 11, "draw": 1, "loss": 8},
+            },
+        ]
+        (run_dir / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+        (run_dir / "summary.json").write_text(json.dumps({"started": 970.0}) + "\n")
+    cands = [Candidate("aug", cfg), Candidate("none", cfg)]
+    figures = run_comparison(cands, tmp_path, minutes=1, score=False)
+    assert not (tmp_path / "curves.png").exists()
+    assert "no curves drawn" in capsys.readouterr().out
+    assert figures["aug"]["vs_random"] == {"win": 19, "draw": 0, "loss": 1}
+    assert figures["none"]["vs_random"]["win"] == 12 and figures["none"]["matches_step"] == 100
+    assert figures["aug"]["vs_previous"]["draw"] == 1 and figures["aug"]["learner_steps"] == 100
+    assert json.loads((tmp_path / "compare.json").read_text()) == figures
+
+
 def test_compare_from_the_command_line_takes_names_and_files(tmp_path: Path) -> None:
     """The CLI path (several --config, a shipped name among them) on two finished runs: they
     are scored and drawn, not trained again."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from azserve.app.curves import CurvePoint, draw_curves, read_run, run_started
+from azserve.app.curves import CurvePoint, draw_curves, read_run, run_started, set_names
 from azserve.app.schema import Config, load_config, replace
 from azserve.errors import AzserveError, ConfigError
 from learner.checkpoint import list_checkpoints, load_checkpoint
@@ -102,7 +102,14 @@ def run_comparison(
     for label, points in runs.items():
         if not points:
             print(f"compare: {label}: no checkpoint was evaluated (too short a run?)")
-    if any(runs.values()):
+    if any(runs.values()) and not set_names(runs):
+        print(
+            f"compare: {candidates[0].config.game} has no benchmark positions to score mistakes "
+            "on: no curves drawn; the runs' own matches (vs_random, vs_previous) are in "
+            f"{out_dir / 'compare.json'}; score the checkpoints with azserve match",
+            flush=True,
+        )
+    elif any(runs.values()):
         title = f"{candidates[0].config.game}: {minutes:g} min per candidate"
         image = draw_curves(runs, out_dir / "curves.png", title)
         print(f"compare: curves in {image}, figures in {out_dir / 'compare.json'}", flush=True)
@@ -194,7 +201,9 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 def summarize(points: list[CurvePoint], run_dir: Path) -> dict[str, Any]:
     """A run's figures: the last point's mistake rates (and the last MCTS-scored point's),
-    and its throughput from the run's start to the last metrics row."""
+    its last evaluation's matches (``vs_random``, ``vs_previous``: the only figures of a game
+    without benchmark positions, such as Go or Othello), and its throughput from the run's
+    start to the last metrics row."""
     metrics = (
         read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
     )
@@ -221,6 +230,13 @@ def summarize(points: list[CurvePoint], run_dir: Path) -> dict[str, Any]:
     if scored:
         out["mcts"] = scored[-1].mcts
         out["mcts_step"] = scored[-1].step
+    matches = [r for r in _rows(run_dir / "eval.jsonl") if "vs_random" in r or "vs_previous" in r]
+    if matches:  # the run's last evaluation matches (every game has them; Go and Othello only them)
+        last_match = matches[-1]
+        out["matches_step"] = int(last_match["step"])
+        for key in ("vs_random", "vs_previous"):
+            if key in last_match:
+                out[key] = last_match[key]
     return out
 
 
