@@ -29,6 +29,7 @@ from azserve.prom import start_endpoint
 log = logging.getLogger("actors")
 
 SUMMARY_TAG = "actor summary:"
+START_TAG = "actor started:"
 """Prefix of the JSON line an actor process logs when it ends."""
 
 
@@ -62,6 +63,8 @@ async def run_actors(
     # the learner drops (actor, game_id) pairs it has seen.
     port = metrics_port(actors.metrics_port, actor_id, actors.metrics_index)
     actor_id = f"{actor_id or socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    # Parsed by azserve bench chaos (START_TAG): the games of one life are stored under this id.
+    log.info("%s %s, %d game coroutines", START_TAG, actor_id, actors.games)
     if stop is None:
         stop = stop_on_signals()
     # server <- client <- games -> sink -> learner

@@ -196,6 +196,9 @@ class LearnerConfig:
     """Group commit of the journal: fsync at most this often (ms), so that a host crash loses
     at most this window of acked games; 0 fsyncs every game before its ack (about 1 ms each
     on a VM disk: scripts/journal_sync_cost.py). A killed process loses nothing either way."""
+    journal_keep_all: bool = False
+    """Keep every journal segment, not only those a resume may need: an audit trail of every
+    game stored (``azserve bench chaos`` counts them); the journal then grows with the run."""
     metrics_port: int = 0
     """Prometheus endpoint port on ``metrics_host`` (0 = off)."""
     metrics_host: str = "127.0.0.1"

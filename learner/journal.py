@@ -66,11 +66,13 @@ class Journal:
         found = [(int(m.group(1)), p) for p in self.dir.iterdir() if (m := _NAME.match(p.name))]
         return sorted(found)
 
-    def read(self) -> Iterator[tuple[int, Record]]:
-        """(segment number, trajectory) of every kept segment, oldest first. A torn last
-        record (the learner was killed mid-append) ends its segment; an unreadable segment is
-        logged and skipped."""
+    def read(self, start: int = 0) -> Iterator[tuple[int, Record]]:
+        """(segment number, trajectory) of every kept segment numbered ``start`` or later,
+        oldest first. A torn last record (the learner was killed mid-append) ends its segment;
+        an unreadable segment is logged and skipped."""
         for version, path in self.segments():
+            if version < start:
+                continue
             try:
                 for record in read_trajectory_file(path):
                     yield version, record

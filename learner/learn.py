@@ -173,7 +173,9 @@ class Learner:
         duplicate, not a second copy. Returns the games added to the count."""
         since = self._journal_from
         added = 0
-        for segment, (msg, obs, policy, outcome) in self.journal.read():
+        # Older segments (kept only with learner.journal_keep_all) hold nothing a resend or
+        # the replay could still want.
+        for segment, (msg, obs, policy, outcome) in self.journal.read(self._journal_needed_from()):
             dedup.add((msg.actor, msg.game_id))
             self.replay.insert(obs, policy, outcome, msg.version)
             if segment >= since:
@@ -188,10 +190,16 @@ class Learner:
     def _rotate_journal(self) -> int:
         """Start a new journal segment; returns its number. Segments go once no checkpoint of
         the last ``checkpoint.keep_last`` (those a resume falls back through) needs them; the
-        ``keep_every`` archive does not pin the journal, so it stays bounded."""
-        recent = list_checkpoints(self.ckpt_dir)[-self.cfg.checkpoint.keep_last :]
-        keep_from = journal_from(recent[0][1]) if recent else 0
+        ``keep_every`` archive does not pin the journal, so it stays bounded (unless
+        ``learner.journal_keep_all``)."""
+        keep_from = 0 if self.cfg.learner.journal_keep_all else self._journal_needed_from()
         return self.journal.rotate(keep_from)
+
+    def _journal_needed_from(self) -> int:
+        """The first journal segment a resume may need: that of the oldest of the last
+        ``checkpoint.keep_last`` checkpoints."""
+        recent = list_checkpoints(self.ckpt_dir)[-self.cfg.checkpoint.keep_last :]
+        return journal_from(recent[0][1]) if recent else 0
 
     def _on_trajectory(
         self, msg: Any, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray

@@ -416,17 +416,25 @@ def test_a_checkpoint_on_a_full_tmpfs_is_retried(tmp_path: Path) -> None:
         subprocess.run(["umount", str(mnt)], check=False)
 
 
-def test_the_journal_restores_games_acked_after_the_last_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("keep_all", [False, True])
+def test_the_journal_restores_games_acked_after_the_last_checkpoint(
+    tmp_path: Path, keep_all: bool
+) -> None:
     """Games accepted after the newest checkpoint are in the journal: a learner resumed from
     that checkpoint counts them, puts them back into replay and treats a resend as a
-    duplicate; segments no kept checkpoint needs go."""
+    duplicate; segments no kept checkpoint needs go, unless ``learner.journal_keep_all``
+    (then every segment stays and the count is the same)."""
     import learner.learn as learn_mod
     from azserve.app.schema import learner_settings, load_config
     from azserve.protocol import Trajectory
 
     cfg = load_config(
         Path(__file__).resolve().parents[1] / "configs" / "tictactoe.toml",
-        [f"server.bind=ipc://{tmp_path}/none", "learner.status_interval_s=0"],
+        [
+            f"server.bind=ipc://{tmp_path}/none",
+            "learner.status_interval_s=0",
+            f"learner.journal_keep_all={str(keep_all).lower()}",
+        ],
     )
     first = learn_mod.Learner(learner_settings(cfg), tmp_path)
     rng = np.random.default_rng(0)
@@ -460,7 +468,8 @@ def test_the_journal_restores_games_acked_after_the_last_checkpoint(tmp_path: Pa
         # checkpoint holds its count); the games after it are back in replay and known.
         assert resumed.replay.metrics().size == 4 * 5
         assert ("a", 5) in resumed.receiver.dedup and ("a", 7) not in resumed.receiver.dedup
-        assert [n for n, _ in resumed.journal.segments()] == [1, 2, 3]
+        kept = [n for n, _ in resumed.journal.segments()]
+        assert kept == ([0, 1, 2, 3] if keep_all else [1, 2, 3])
     finally:
         resumed.journal.close()
         resumed.runlog.close()

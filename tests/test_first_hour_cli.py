@@ -112,6 +112,8 @@ def bad_invocations(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["bench", "soak", "--config", "tictactoe", "--games", "0"], "allowed 1 to 1,048,576"),
         (["bench", "soak", "--config", "tictactoe", "--minutes", "-1"], "allowed > 0"),
         (["bench", "soak", "--config", "tictactoe", "--minutes", "0.5", "--window-s", "100"], "fewer than two windows"),
+        (["bench", "chaos", "--config", "tictactoe", "--interval", "60,20"], "expected LO,HI seconds with 0 < LO <= HI"),
+        (["bench", "chaos", "--config", "tictactoe", "--minutes", "0"], "allowed > 0"),
         (["launch", *ttt_run, "--cluster", "/dev/null"], "cluster file /dev/null: not a regular file"),
         (["launch", *ttt_run, "--cluster", str(tmp_path / "no.toml")], "cluster file not found"),
         (["launch", *ttt_run, "--cluster", cluster, "--minutes", "-1"], "allowed >= 0"),

@@ -50,6 +50,7 @@ EXAMPLES = {
     "bench selfplay": "azserve bench selfplay --config connect4 --duration 30 --sweep sims=8,16",
     "bench swap": "azserve bench swap --config connect4 --duration 10 --swaps 10",
     "bench soak": "azserve bench soak --config tictactoe --minutes 5 --games 500",
+    "bench chaos": "azserve bench chaos --config tictactoe --minutes 60 --seed 7 --json chaos.json",
     "launch": "azserve launch --config connect4 --cluster configs/cluster/ssh.toml "
     "--run-dir runs/c4 --dry-run",
 }

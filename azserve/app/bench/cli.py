@@ -1,4 +1,4 @@
-"""``azserve bench serve|selfplay|swap|soak``: throughput measurements that print JSON."""
+"""``azserve bench serve|selfplay|swap|soak|chaos``: measurements that print JSON."""
 
 from __future__ import annotations
 
@@ -88,6 +88,55 @@ def register(sub: Any, common: Any) -> None:
     p.add_argument("--keep-dir", help="keep the children's logs and the learner's run here")
     p.set_defaults(run=_run("azserve.app.bench.soak"))
 
+    p = bsub.add_parser(
+        "chaos", help="a fleet in network namespaces under random kills: anything lost? (root)"
+    )
+    common(p)
+    p.add_argument(
+        "--minutes", type=float_in(0, 10_080, above=True), default=60.0, help="launch length"
+    )
+    p.add_argument("--seed", type=int_in(0, 2**63 - 1), default=0, help="seeds the strikes")
+    p.add_argument(
+        "--interval",
+        type=seconds_range,
+        default=(20.0, 60.0),
+        help="seconds between strikes, drawn uniformly: LO,HI (20,60)",
+    )
+    p.add_argument(
+        "--recovery-s",
+        type=seconds,
+        default=120.0,
+        help="the stated bound: every role back at work within it after each strike",
+    )
+    p.add_argument(
+        "--quiet-s", type=float_in(0), default=45.0, help="no strike in the run's last seconds"
+    )
+    p.add_argument(
+        "--games", type=int_in(1, 1 << 16), default=64, help="game coroutines per actor host"
+    )
+    p.add_argument(
+        "--min-score",
+        type=float_in(0, 1),
+        default=0.5,
+        help="sane final evaluation: score against random at least this",
+    )
+    p.add_argument("--work-dir", help="keep the fleet's run, logs and strikes here")
+    p.add_argument("--json", help="write the result here too")
+    p.set_defaults(run=_run("azserve.app.bench.chaos", exit_on="verdicts"))
+
+
+def seconds_range(text: str) -> tuple[float, float]:
+    """An argparse type: ``LO,HI`` seconds, 0 < LO <= HI."""
+    try:
+        lo, hi = (float(v) for v in text.split(","))
+    except ValueError:
+        lo = hi = -1.0
+    if not 0 < lo <= hi <= 86_400:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected LO,HI seconds with 0 < LO <= HI <= 86400, e.g. 20,60"
+        )
+    return lo, hi
+
 
 def sims_sweep(text: str) -> str:
     """An argparse type: ``sims=25,50,100`` (simulation counts, each 1 to 1,048,576), kept as
@@ -104,12 +153,19 @@ def sims_sweep(text: str) -> str:
     return text
 
 
-def _run(module: str) -> Any:
+def _run(module: str, exit_on: str | None = None) -> Any:
+    """The subcommand's run: the module's ``main(args)`` result emitted as JSON; with
+    ``exit_on``, exit 1 unless ``result[exit_on]["ok"]``."""
+
     def run(args: argparse.Namespace) -> int:
         import importlib
 
         result = importlib.import_module(module).main(args)
         emit(result, args.json)
+        if exit_on is not None and not result[exit_on]["ok"]:
+            failed = [k for k, v in result[exit_on].items() if k != "ok" and not v]
+            print(f"azserve bench: failed checks: {', '.join(failed)}", file=sys.stderr)
+            return 1
         return 0
 
     return run

@@ -1,0 +1,144 @@
+"""``azserve bench chaos``: its books (actor lives from real log lines, stored games from a real
+journal, versions), its strikes, and the short form of the real thing: five network
+namespaces, ``azserve launch`` on the ssh engine, random kill -9, SIGSTOP and host crashes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from azserve.app.bench.chaos import (
+    GROUPS,
+    KINDS,
+    SERVERS,
+    Injector,
+    _caught_up,
+    _lives_of_servers,
+    actor_lives,
+    journal_games,
+    score,
+    working,
+)
+from azserve.protocol import Trajectory
+from learner.journal import Journal
+from tests.netns import unavailable
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def status(games: int, acked: int, pending: int, latest: int, rate: float = 2.5) -> str:
+    """An actor status line as ``actors.selfplay`` writes it."""
+    return (
+        f"20:00:{games % 60:02d} I actors.selfplay: games/s {rate:.2f}  positions/s 484.4  "
+        f"sims/s 13164  evals/s 12704  in flight 128  loop lag 0.2 ms  moves/s 484.4  "
+        f"games {games}  positions recorded/moves played 2422/2422  latest v{latest}  "
+        f"W/D/L 96/0/69  resigned 0  false resign 0/35  trajectories sent {acked + pending} "
+        f"acked {acked} resent 0 pending {pending}  abandoned 0  cache hit 27.9% hits 17719 "
+        "shared 0 misses 45807 entries 43498 8.6 MB evictions 0"
+    )
+
+
+def test_actor_lives_from_the_lines_the_actor_writes() -> None:
+    summary = {"actor": "b", "games": 30, "abandoned": {"server lost": 2}, "sent": 30,
+               "acked": 29, "resent": 1, "undelivered": 1}  # fmt: skip
+    text = "\n".join(
+        [
+            "20:00:00 I actors: actor started: a, 16 game coroutines",
+            status(10, 9, 1, 0),
+            status(20, 18, 2, 3),  # then kill -9: no summary
+            "20:00:30 I actors: waiting for the inference server",
+            "20:00:31 I actors: actor started: b, 16 game coroutines",
+            status(5, 5, 0, 4),
+            f"20:00:40 I actors: actor summary: {json.dumps(summary)}",
+        ]
+    )
+    a, b = actor_lives(text)
+    assert (a.actor, a.games, a.finished, a.acked, a.pending, a.clean) == (
+        "a",
+        16,
+        20,
+        18,
+        2,
+        False,
+    )
+    assert a.latest == [0, 3]
+    assert (b.actor, b.finished, b.acked, b.pending, b.clean) == ("b", 30, 29, 1, True)
+    assert b.abandoned == {"server lost": 2}
+
+
+def test_work_is_seen_in_each_roles_log() -> None:
+    assert working("learner", "I learner: published v7 to 2/2 servers in 40 ms")
+    assert not working("learner", "I learner: resumed step 40")
+    assert working("s0", "I azserve.server: version 3 live in 31 ms (resident [2, 3])")
+    assert working("east", status(3, 3, 0, 1))
+    assert not working("east", status(0, 0, 0, 1, rate=0.0))
+
+
+def test_a_restarted_server_must_be_caught_up() -> None:
+    start = "20:00:00 I azserve.backends.torch: torch backend: {'compile': 'none'} on cpu"
+    live = "20:00:01 I azserve.server: version {} live in 5 ms (resident [0])".format
+    log = "\n".join([start, live(0), live(1), live(2), start, live(0), live(2), live(1), live(3)])
+    lives = list(_lives_of_servers(log))
+    assert lives == [[0, 1, 2], [0, 2, 1, 3]] and _caught_up(lives)  # 1 after 2: a restore
+    assert not _caught_up([[0, 1, 2], [0, 1]])
+
+
+def test_the_journal_counts_each_game_once_and_the_duplicates(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, sync_ms=None)
+    obs = np.zeros((2, 2, 3, 3), np.uint8)
+    policy = np.full((2, 9), 1 / 9, np.float32)
+    outcome = np.ones(2, np.float32)
+    for actor, game_id in [("a", 0), ("a", 1), ("b", 0), ("a", 1)]:
+        if actor == "b":
+            journal.rotate(0)  # a second segment
+        traj = Trajectory(actor=actor, game_id=game_id, game="tictactoe", version=0, length=2,
+                          result=1.0)  # fmt: skip
+        journal.append(traj, obs, policy, outcome)
+    journal.close()
+    assert journal_games(tmp_path) == ({"a": 2, "b": 1}, 1)
+
+
+def test_strikes_are_drawn_from_the_seed() -> None:
+    def picks(seed: int) -> list[tuple[str, str]]:
+        inj = Injector(None, Path("."), seed, (20, 60), 120, Path("/dev/null"))  # type: ignore[arg-type]
+        return [inj.pick() for _ in range(200)]
+
+    assert picks(7) == picks(7) and picks(7) != picks(8)
+    kinds = {k for k, _ in picks(7)}
+    targets = {t for _, t in picks(7)}
+    assert kinds == set(KINDS) and targets == {"learner", *SERVERS, *GROUPS}
+    assert score({"win": 3, "draw": 2, "loss": 5}) == 0.4 and score(None) is None
+
+
+@pytest.mark.faults
+@pytest.mark.cluster
+@pytest.mark.timeout(480)
+def test_chaos_for_two_minutes_loses_nothing(tmp_path: Path) -> None:
+    if unavailable():
+        pytest.skip(unavailable() or "")
+    out = tmp_path / "chaos.json"
+    argv = [
+        sys.executable, "-m", "azserve.app.cli", "bench", "chaos", "--config", "tictactoe",
+        "--minutes", "2", "--interval", "8,15", "--quiet-s", "25", "--seed", "3",
+        "--games", "16", "--work-dir", str(tmp_path / "fleet"), "--json", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=450)
+    assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    r = json.loads(out.read_text())
+    v = r["verdicts"]
+    assert done.returncode == (0 if v["ok"] else 1)
+    assert v["ok"], (v, {k: r[k] for k in ("games_abandoned", "acked_lost", "recovery_s")})
+    assert r["strikes"] >= 3 and r["acked_lost"] == 0 and r["duplicates"] == 0
+    assert r["games_stored"] > 0 and r["actor_lives"] >= 2
+    assert r["games_started"] == r["games_stored"] + sum(r["games_abandoned"].values())
+    assert sum(n for by_role in r["kills"].values() for n in by_role.values()) == r["strikes"]
+    # the launcher's own count is the journal's
+    assert r["launcher_summary"]["games_stored"] == r["games_stored"]
+    lines = (tmp_path / "fleet" / "chaos.jsonl").read_text().splitlines()
+    strikes = [json.loads(line) for line in lines]
+    assert len(strikes) == r["strikes"] and all(s["recovered_s"] is not None for s in strikes)
