@@ -108,6 +108,15 @@ static int seen_before(const void *ctx, uint64_t h) {
     return in_history(c->t, h);
 }
 
+/* Every tree of the process together, for the actors' status and the soak (every call into
+ * this module holds the GIL, so plain counters suffice). */
+static long long g_live_nodes = 0;
+static long long g_live_bytes = 0;
+
+static size_t node_bytes(const GameDef *g, int k) {
+    return sizeof(Node) + (size_t)k * (sizeof(Edge) + sizeof(uint16_t)) + (size_t)g->state_size;
+}
+
 /* A node for `state` (state_size bytes) below `parent`; terminal nodes get their value tv and
  * no edges. */
 static Node *new_node(Tree *t, Node *parent, const unsigned char *state, int terminal, double tv) {
@@ -142,6 +151,8 @@ static Node *new_node(Tree *t, Node *parent, const unsigned char *state, int ter
         n->e[j].child = NULL;
     }
     t->nodes++;
+    g_live_nodes++;
+    g_live_bytes += (long long)node_bytes(g, k);
     return n;
 }
 
@@ -159,6 +170,8 @@ static void encode(Tree *t, const Node *n, unsigned char *out) { t->rules->encod
 static void free_tree(Tree *t, Node *n) {
     if (!n) return;
     for (int j = 0; j < n->k; j++) free_tree(t, n->e[j].child);
+    g_live_nodes--;
+    g_live_bytes -= (long long)node_bytes(t->rules, n->k);
     free(n);
     t->nodes--;
 }
@@ -1639,7 +1652,13 @@ static PyObject *game_encode(PyObject *mod, PyObject *const *args, Py_ssize_t na
     return out;
 }
 
+static PyObject *live_trees(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("(LL)", g_live_nodes, g_live_bytes);
+}
+
 static PyMethodDef module_methods[] = {
+    {"live_trees", (PyCFunction)live_trees, METH_NOARGS,
+     "live_trees() -> (nodes, bytes) held by every tree of this process."},
     {"step_many", (PyCFunction)(void (*)(void))step_many, METH_FASTCALL,
      "step_many(trees, logits, values, outs) -> (flags, errors): each tree's step at once."},
     {"game_legal", (PyCFunction)(void (*)(void))game_legal, METH_FASTCALL,

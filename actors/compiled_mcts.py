@@ -70,6 +70,16 @@ core: Any = _mcts_core
 it was not built or is stale."""
 
 step_many: Any = getattr(_mcts_core, "step_many", None)
+
+
+def live_trees() -> tuple[int, int]:
+    """(nodes, bytes) held by every compiled tree of this process: what the trees of its games
+    hold now (each grows by at most a search's simulations per move, and a played move frees
+    every branch but its own); (0, 0) without the core."""
+    fn = getattr(_mcts_core, "live_trees", None)
+    return tuple(fn()) if fn is not None else (0, 0)  # type: ignore[return-value]
+
+
 """``step_many(trees, logits [n, A], values [n], outs) -> (flags, errors)``: ``tree.step`` of
 many trees at once, each on its own row (``actors.searchpool``); None when not built."""
 

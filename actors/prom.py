@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from actors.compiled_mcts import live_trees
 from azserve.prom import SECONDS, role_registry
 
 
@@ -42,6 +43,14 @@ class ActorCollector:
         for reason, n in sorted(st.abandoned.items()):
             abandoned.add_metric([self.game, reason], float(n))
         yield abandoned
+        nodes, size = live_trees()
+        for name, doc, value in (
+            ("azserve_actor_tree_nodes", "Nodes held by the process's search trees", nodes),
+            ("azserve_actor_tree_bytes", "Bytes held by the process's search trees", size),
+        ):
+            gauge = GaugeMetricFamily(name, doc, labels=["game"])
+            gauge.add_metric([self.game], float(value))
+            yield gauge
 
 
 def actor_registry(game: str, selfplay: Any, sink: Any) -> tuple[CollectorRegistry, Histogram]:

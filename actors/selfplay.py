@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from actors.compiled_mcts import live_trees
 from actors.config import ActorsConfig
 from actors.evalcache import EvalCache
 from actors.games import Game, State, make_game
@@ -375,7 +376,8 @@ class SelfPlay:
                 "games/s %.2f  positions/s %.1f  sims/s %.0f  evals/s %.0f  in flight %d  "
                 "loop lag %.1f ms  moves/s %.1f  games %d  positions recorded/moves played %d/%d  "
                 "latest v%d  W/D/L %d/%d/%d  resigned %d  false resign %d/%d  "
-                "trajectories sent %d acked %d resent %d pending %d  abandoned %s  %s",
+                "trajectories sent %d acked %d resent %d pending %d  abandoned %s  %s  "
+                "trees %d nodes %.1f MB",
                 rates.rate("games", s.games, now),
                 rates.rate("positions", s.positions, now),
                 rates.rate("simulations", s.simulations, now),
@@ -399,4 +401,11 @@ class SelfPlay:
                 sink.pending,
                 s.abandoned or "0",
                 self.cache.stats.line() if self.cache is not None else "cache off",
+                *_trees(),
             )
+
+
+def _trees() -> tuple[int, float]:
+    """(nodes, MB) of the process's compiled trees, for the status line."""
+    nodes, size = live_trees()
+    return nodes, size / 1e6

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import CompiledMCTS, compiled_available
+from actors.compiled_mcts import CompiledMCTS, compiled_available, live_trees
 from actors.games import ConnectFour, Game, TicTacToe, make_game
 from actors.mcts import MCTS
 from actors.search import MCTSConfig, SearchResult, dirichlet, make_search
@@ -222,6 +222,23 @@ async def test_advance_frees_the_dropped_subtrees() -> None:
     cc.advance(6 - action if action != 3 else 0)  # a move whose subtree may be tiny or absent
     cc.advance(0)
     assert cc.tree_nodes < total
+
+
+async def test_the_process_counts_what_all_its_trees_hold() -> None:
+    """``live_trees()`` (the actors' status line and Prometheus gauge) is the sum over every
+    tree of the process, and a tree dropped gives its nodes and bytes back."""
+    base_nodes, base_bytes = live_trees()
+    cfg = MCTSConfig(num_simulations=100, core="compiled")
+    trees = [make_search(C4, cfg, np.random.default_rng(i)) for i in range(3)]
+    for t in trees:
+        await t.search(C4.initial_state(), hashed(), add_noise=True)
+    nodes, size = live_trees()
+    assert nodes - base_nodes == sum(t.tree_nodes for t in trees) > 250
+    assert size - base_bytes > 50 * (nodes - base_nodes)  # a node holds its edges and state
+    trees[0].advance(3)
+    assert live_trees()[0] - base_nodes == sum(t.tree_nodes for t in trees)
+    del trees, t
+    assert live_trees() == (base_nodes, base_bytes)
 
 
 def test_make_search_chooses() -> None:

@@ -39,6 +39,14 @@ def test_parse_actor_line() -> None:
     s = summarize_actor_lines([a, {**a, "in_flight": 700, "games": 80}])
     assert s is not None and s["in_flight_max"] == 700 and s["games"] == 80
     assert summarize_actor_lines([]) is None
+    assert "tree_mb" not in a  # an older actor's line, without the memory part
+    memory = parse_actor_line(
+        LINE + "  cache hit 27.9% hits 17719 shared 0 misses 45807 entries 43498 8.6 MB "
+        "evictions 0  trees 5120 nodes 1.9 MB"
+    )
+    assert memory is not None and memory["cache_mb"] == 8.6 and memory["tree_mb"] == 1.9
+    s = summarize_actor_lines([memory])
+    assert s is not None and s["tree_mb"] == 1.9 and s["cache_mb"] == 8.6
 
 
 def _sample(t: float, rss: float) -> dict[str, Any]:

@@ -24,6 +24,9 @@ from azserve.sync_client import SyncClient
 _REFUSED = re.compile(r"publishing v\d+ to \S+ failed: (?P<reason>\w+)")
 """``learner.publisher``'s warning for each refused or failed publish attempt."""
 
+_MEMORY = re.compile(
+    r"entries \d+ (?P<cache_mb>[0-9.]+) MB.*trees \d+ nodes (?P<tree_mb>[0-9.]+) MB"
+)
 _EXTRA = re.compile(
     r"in flight (?P<in_flight>\d+)\s.*?\sgames (?P<games>\d+)\s.*?"
     r"pending (?P<pending>\d+)\s+abandoned (?P<abandoned>\{[^}]*\}|0)"
@@ -99,6 +102,11 @@ def parse_actor_line(line: str) -> dict[str, Any] | None:
         "games": int(extra["games"]),
         "pending": int(extra["pending"]),
         "abandoned": {} if abandoned == "0" else dict(ast.literal_eval(abandoned)),
+        **(
+            {"cache_mb": float(memory["cache_mb"]), "tree_mb": float(memory["tree_mb"])}
+            if (memory := _MEMORY.search(line))
+            else {}
+        ),
     }
 
 
@@ -122,6 +130,8 @@ def summarize_actor_lines(lines: Sequence[dict[str, Any]]) -> dict[str, Any] | N
         "games": lines[-1]["games"],
         "abandoned": lines[-1]["abandoned"],
         "status_lines": len(lines),
+        # the actor's two bounded stores: the evaluation cache (actors.cache_mb) and the trees
+        **{k: lines[-1][k] for k in ("cache_mb", "tree_mb") if k in lines[-1]},
     }
 
 

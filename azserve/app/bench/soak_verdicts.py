@@ -133,11 +133,12 @@ def _round(x: float | None, digits: int = 3) -> float | None:
 def actor_windows(
     first: Sequence[dict[str, Any]], last: Sequence[dict[str, Any]], names: Iterable[str]
 ) -> dict[str, dict[str, Any]]:
-    """Per actor: first/last window medians of games/s, simulations/s and loop lag (ms)."""
+    """Per actor: first/last window medians of games/s, simulations/s, loop lag (ms), and the
+    MB its evaluation cache and its search trees hold."""
     out = {}
     for name in names:
         row: dict[str, Any] = {}
-        for key in ("games_per_s", "sims_per_s", "loop_lag_ms"):
+        for key in ("games_per_s", "sims_per_s", "loop_lag_ms", "cache_mb", "tree_mb"):
             pick = picker("actors", name, key)
             row[f"{key}_first"] = window_medians(first, pick)
             row[f"{key}_last"] = window_medians(last, pick)
