@@ -241,6 +241,34 @@ class RayChild(Child):
                     return
 
 
+def node_pairs(keys_dir: str, names: list[str]) -> dict[str, bytes]:
+    """On one node (a Ray task pinned there): make each pair of ``names`` that is missing in
+    its ``keys_dir`` and return the public certificates, each checked to hold no secret
+    before it leaves the node. A secret key never leaves the node that made it."""
+    from azserve.keys import create_pair, public_certificate
+
+    out = {}
+    for name in names:
+        public = Path(keys_dir) / f"{name}.key"
+        if not (public.exists() and public.with_suffix(".key_secret").exists()):
+            create_pair(keys_dir, name, force=True)
+        out[name] = public_certificate(public)
+    return out
+
+
+def node_write(keys_dir: str, files: dict[str, bytes]) -> None:
+    """On one node: write public certificates under ``keys_dir`` (``authorized/NAME.key`` or
+    ``NAME.key``), each atomically."""
+    from azserve.files import atomic_write_bytes
+    from azserve.keys import public_certificate
+
+    for rel, data in files.items():
+        path = Path(keys_dir) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, data)
+        public_certificate(path)  # a public certificate, nothing else
+
+
 class RayEngine:
     """Places servers and the learner on nodes chosen up front (so their addresses go into the
     other processes' configs), and actor processes wherever their resources fit."""
@@ -344,6 +372,81 @@ class RayEngine:
             runner_args=(argv, env, group),
             group=group,
         )
+
+    def distribute_keys(self, procs: list[RoleProc]) -> list[str]:
+        """Each node makes the pairs of the roles it may run, in its own ``keys`` directory
+        (the same path on every node: its own disk), through a Ray task pinned to it; the
+        launcher gets back public certificates only and sends each node those it needs:
+
+        - every node that may run actor group G (its resources fit) makes its own ``actors-G``
+          pair; its public key goes to ``authorized/actors-G.node-ID.key`` on every server's
+          and the learner's node;
+        - server S's node makes ``server-S``: to the learner's node and every node of the
+          groups it serves; the learner's node makes ``learner``: to every other node.
+
+        Returns ``"FILE: FROM -> TO"`` lines (node ids shortened to 8 characters)."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if "{host}" in self.spec.keys:
+            raise ConfigError(
+                f"keys = {self.spec.keys!r}: under Ray every node has the same keys path on its "
+                "own disk ({host} is for ssh and Slurm hosts that share a filesystem)"
+            )
+        keys = self.spec.keys
+
+        def on(node: str, fn: Any, *args: Any) -> Any:
+            task: Any = ray.remote(fn)
+            strategy = NodeAffinitySchedulingStrategy(node, soft=False)
+            return task.options(num_cpus=0, scheduling_strategy=strategy).remote(keys, *args)
+
+        made: dict[str, list[str]] = {}  # node id -> pair names
+        groups: dict[str, list[str]] = {}  # group -> node ids it may run on
+        for name, chosen in self._chosen.items():
+            made.setdefault(chosen["NodeID"], []).append(name)
+        for g in self.spec.actors:
+            want = dict(g.resources)
+            fits = [
+                n["NodeID"]
+                for n in self._nodes
+                if all(n["Resources"].get(k, 0) >= v for k, v in want.items())
+            ]
+            groups[g.name] = fits
+            for fit in fits:
+                made.setdefault(fit, []).append(f"actors-{g.name}")
+        nodes = sorted(made)
+        publics = dict(
+            zip(nodes, ray.get([on(n, node_pairs, made[n]) for n in nodes]), strict=True)
+        )
+        server_node = {p.name: self._chosen[p.name]["NodeID"] for p in procs if p.role == "server"}
+        learner_node = self._chosen["learner"]["NodeID"]
+        served = {p.endpoint: p.name for p in procs if p.role == "server"}
+        uses: dict[str, str] = {}  # group -> the server it evaluates on
+        for p in procs:
+            if p.role == "actors":
+                uses[p.group] = served[p.config.client.server]
+        writes: dict[str, dict[str, bytes]] = {}
+        done: list[str] = []
+
+        def send(src: str, name: str, dest: str, rel: str) -> None:
+            if dest == src and "/" not in rel:
+                return  # made there: already in place
+            writes.setdefault(dest, {})[rel] = publics[src][name]
+            done.append(f"{rel}: {src[:8]} -> {dest[:8]}")
+
+        for group, fits in groups.items():
+            for node in fits:
+                rel = f"authorized/actors-{group}.node-{node[:8]}.key"
+                for dest in sorted({*server_node.values(), learner_node}):
+                    send(node, f"actors-{group}", dest, rel)
+        for server, node in server_node.items():
+            users = {n for g, fits in groups.items() if uses.get(g) == server for n in fits}
+            for dest in sorted(users | {learner_node}):
+                send(node, server, dest, f"{server}.key")
+        for dest in nodes:
+            send(learner_node, "learner", dest, "learner.key")
+        ray.get([on(node, node_write, files) for node, files in writes.items()])
+        return done
 
     def close(self) -> None:
         import ray

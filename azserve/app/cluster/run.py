@@ -91,6 +91,9 @@ class ClusterRun(Training):
 
             for line in distribute(self.spec, self.engine, self.procs):
                 self.display.note(f"public key {line}")
+        elif self.spec.keys and hasattr(self.engine, "distribute_keys"):  # Ray: through tasks
+            for line in self.engine.distribute_keys(self.procs):
+                self.display.note(f"public key {line}")
         self.children = [self.engine.child(p) for p in self.procs]
         for line in describe(self.procs, {}).splitlines():
             self.display.note(line)
