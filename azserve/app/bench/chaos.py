@@ -234,6 +234,7 @@ class Injector:
         if kind == "stop":
             assert stop_s is not None
             time.sleep(stop_s)
+            offset = _size(log)  # what it wrote before the stop is no sign of work after it
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGCONT)
