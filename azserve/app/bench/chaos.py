@@ -26,7 +26,8 @@ After the run it counts from the learner's journal (every segment is kept:
 (a life is one process: ``actors.main`` logs its id, START_TAG, and on a clean exit its
 summary; a killed life's figures are those of its last status line):
 
-- ``games_stored``: distinct ``(actor, game_id)`` in the journal; ``duplicates``: records more;
+- ``games_stored``: distinct ``(actor, game_id)`` in the journal, which must equal the count
+  the learner and the launcher report; ``duplicates``: records more;
 - ``acked_lost``: per life, games the actor saw acked (its summary, or its last status line: a
   lower bound) beyond the games of that life in the journal; must be 0;
 - ``games_abandoned`` by reason: the actors' own (clean lives), ``killed in play`` (a killed
@@ -522,6 +523,7 @@ def main(args: Any) -> dict[str, Any]:
     verdicts = {
         "launcher_exit_0": code == 0,
         "accounted": books["stored_from_unknown_actors"] == 0,
+        "journal_is_the_learners_count": books["games_stored"] == summary.get("games_stored"),
         "no_acked_lost": books["acked_lost"] == 0,
         "no_duplicates": books["duplicates"] == 0,
         "versions_monotonic": books["versions_monotonic"],
