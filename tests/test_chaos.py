@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from azserve.app.actor_lives import killed_in_play
 from azserve.app.bench.chaos import (
     GROUPS,
     KINDS,
@@ -57,7 +58,8 @@ def test_actor_lives_from_the_lines_the_actor_writes() -> None:
             f"20:00:40 I actors: actor summary: {json.dumps(summary)}",
         ]
     )
-    a, b = actor_lives(text)
+    a, b = actor_lives(text.splitlines())
+    assert killed_in_play([a, b]) == 16
     assert (a.actor, a.games, a.finished, a.acked, a.pending, a.clean) == (
         "a",
         16,

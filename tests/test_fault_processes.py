@@ -248,6 +248,9 @@ def test_supervised_run_recovers_from_kill9_of_every_role(tmp_path: Path) -> Non
     summary = [ln for ln in out.splitlines() if re.match(r"(\S+ )?games: ", ln)][-1]
     for role in ("server", "learner", "actor-0"):
         assert f"'{role}': 1" in summary, summary
+    # the killed actor process's 32 games in play are counted, with their reason
+    books = json.loads((run_dir / "summary.json").read_text())
+    assert books["games_abandoned"].get("process died in play") == 32, books
     steps = [int(r["step"]) for r in read_metrics(run_dir / "metrics.jsonl")]
     assert steps == sorted(steps)
     versions = [

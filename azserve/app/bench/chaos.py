@@ -30,8 +30,8 @@ summary; a killed life's figures are those of its last status line):
   the learner and the launcher report; ``duplicates``: records more;
 - ``acked_lost``: per life, games the actor saw acked (its summary, or its last status line: a
   lower bound) beyond the games of that life in the journal; must be 0;
-- ``games_abandoned`` by reason: the actors' own (clean lives), ``killed in play`` (a killed
-  life's game coroutines, each mid-game) and ``killed before ack`` (finished games of a killed
+- ``games_abandoned`` by reason: the actors' own (clean lives), ``process died in play`` (a
+  killed life's game coroutines, each mid-game) and ``killed before ack`` (finished games of a killed
   life not in the journal: its last status line's count, so a lower bound);
 - ``games_started`` = stored + abandoned; ``versions_monotonic``: the learner's published
   versions never go down across its restarts, no actor life's latest version goes down, and
@@ -57,10 +57,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from azserve.app.actor_lives import KILLED_IN_PLAY, STATUS, actor_lives
 from azserve.app.bench.netns import NetnsHost, NetnsLan, destroy_lan, make_lan, unavailable
 from azserve.errors import AzserveError
 
@@ -72,11 +73,6 @@ HOST_OF = {"learner": 0, "s0": 1, "s1": 2, "east": 3, "west": 4}
 """LAN index of each target's host."""
 STOP_S = (1.0, 20.0)
 
-ACTOR_START = "actor started:"
-ACTOR_SUMMARY = "actor summary:"
-_ACTOR_STATUS = re.compile(
-    r"games/s ([0-9.]+) .* games (\d+) .* latest v(\d+) .* acked (\d+) resent \d+ pending (\d+)"
-)
 _LIVE = re.compile(r"version (\d+) live")
 _PUBLISHED = re.compile(r"published v(\d+)")
 _SERVER_START = "torch backend:"
@@ -181,7 +177,7 @@ def working(target: str, text: str) -> bool:
         return _PUBLISHED.search(text) is not None
     if target in SERVERS:
         return _LIVE.search(text) is not None
-    return any(float(m[0]) > 0 for m in _ACTOR_STATUS.findall(text))
+    return any(float(m[0]) > 0 for m in STATUS.findall(text))
 
 
 # --- the injector ------------------------------------------------------------------------------
@@ -281,46 +277,6 @@ class Injector:
 # --- the accounting ----------------------------------------------------------------------------
 
 
-@dataclass
-class Life:
-    """One actor process's life, from its log."""
-
-    actor: str
-    games: int
-    """Its game coroutines."""
-    finished: int = 0
-    acked: int = 0
-    pending: int = 0
-    clean: bool = False
-    """It wrote its summary (stopped, not killed)."""
-    abandoned: dict[str, int] = field(default_factory=dict)
-    latest: list[int] = field(default_factory=list)
-
-
-def actor_lives(text: str) -> list[Life]:
-    """The lives in one actor group's log."""
-    lives: list[Life] = []
-    for line in text.splitlines():
-        if ACTOR_START in line:
-            head = line.split(ACTOR_START, 1)[1].strip()
-            actor, _, rest = head.partition(",")
-            m = re.search(r"(\d+) game coroutines", rest)
-            lives.append(Life(actor.strip(), int(m[1]) if m else 0))
-        elif not lives:
-            continue
-        elif ACTOR_SUMMARY in line:
-            s = json.loads(line.split(ACTOR_SUMMARY, 1)[1])
-            life = lives[-1]
-            life.finished, life.acked, life.clean = s["games"], s["acked"], True
-            life.abandoned = dict(s["abandoned"])
-            life.pending = max(0, s["sent"] - s["acked"])
-        elif m := _ACTOR_STATUS.search(line):
-            life = lives[-1]
-            life.finished, life.acked, life.pending = int(m[2]), int(m[4]), int(m[5])
-            life.latest.append(int(m[3]))
-    return lives
-
-
 def journal_games(journal: Path) -> tuple[dict[str, int], int]:
     """Distinct games stored per actor id, and duplicate records, over every segment."""
     from azserve.trajfile import read_trajectory_file
@@ -370,7 +326,11 @@ def _rising(xs: list[int]) -> bool:
 def account(run_dir: Path, lan: NetnsLan, journal: Path) -> dict[str, Any]:
     """The run's books: see the module docstring."""
     stored_by_actor, duplicates = journal_games(journal)
-    lives = [life for g in GROUPS for life in actor_lives(_read_from(log_path(run_dir, lan, g), 0))]
+    lives = [
+        life
+        for g in GROUPS
+        for life in actor_lives(_read_from(log_path(run_dir, lan, g), 0).splitlines())
+    ]
     abandoned: dict[str, int] = {}
 
     def add(reason: str, n: int) -> None:
@@ -384,7 +344,7 @@ def account(run_dir: Path, lan: NetnsLan, journal: Path) -> dict[str, Any]:
         for reason, n in life.abandoned.items():
             add(reason, n)
         if not life.clean:
-            add("killed in play", life.games)
+            add(KILLED_IN_PLAY, life.games)
             add("killed before ack", max(0, life.finished - stored))
         else:
             add("not delivered at stop", max(0, life.finished - stored))
