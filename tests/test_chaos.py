@@ -126,7 +126,7 @@ def test_chaos_for_ninety_seconds_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "chaos.json"
     argv = [
         sys.executable, "-m", "azserve.app.cli", "bench", "chaos", "--config", "tictactoe",
-        "--minutes", "1.5", "--interval", "6,12", "--quiet-s", "20", "--seed", "3",
+        "--minutes", "1.5", "--interval", "5,10", "--quiet-s", "15", "--seed", "3",
         "--games", "16", "--work-dir", str(tmp_path / "fleet"), "--json", str(out),
     ]  # fmt: skip
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=450)
@@ -135,7 +135,7 @@ def test_chaos_for_ninety_seconds_loses_nothing(tmp_path: Path) -> None:
     v = r["verdicts"]
     assert done.returncode == (0 if v["ok"] else 1)
     assert v["ok"], (v, {k: r[k] for k in ("games_abandoned", "acked_lost", "recovery_s")})
-    assert r["strikes"] >= 3 and r["acked_lost"] == 0 and r["duplicates"] == 0
+    assert r["strikes"] >= 2 and r["acked_lost"] == 0 and r["duplicates"] == 0
     assert r["games_stored"] > 0 and r["actor_lives"] >= 2
     assert r["games_started"] == r["games_stored"] + sum(r["games_abandoned"].values())
     assert sum(n for by_role in r["kills"].values() for n in by_role.values()) == r["strikes"]
