@@ -47,6 +47,8 @@ def test_parse_actor_line() -> None:
     assert memory is not None and memory["cache_mb"] == 8.6 and memory["tree_mb"] == 1.9
     s = summarize_actor_lines([memory])
     assert s is not None and s["tree_mb"] == 1.9 and s["cache_mb"] == 8.6
+    off = parse_actor_line(LINE + "  cache off  trees 65768 nodes 24.4 MB")
+    assert off is not None and off["tree_mb"] == 24.4 and "cache_mb" not in off
 
 
 def _sample(t: float, rss: float) -> dict[str, Any]:

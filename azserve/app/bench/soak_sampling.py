@@ -24,9 +24,8 @@ from azserve.sync_client import SyncClient
 _REFUSED = re.compile(r"publishing v\d+ to \S+ failed: (?P<reason>\w+)")
 """``learner.publisher``'s warning for each refused or failed publish attempt."""
 
-_MEMORY = re.compile(
-    r"entries \d+ (?P<cache_mb>[0-9.]+) MB.*trees \d+ nodes (?P<tree_mb>[0-9.]+) MB"
-)
+_CACHE_MB = re.compile(r"entries \d+ (?P<mb>[0-9.]+) MB")
+_TREE_MB = re.compile(r"trees \d+ nodes (?P<mb>[0-9.]+) MB")
 _EXTRA = re.compile(
     r"in flight (?P<in_flight>\d+)\s.*?\sgames (?P<games>\d+)\s.*?"
     r"pending (?P<pending>\d+)\s+abandoned (?P<abandoned>\{[^}]*\}|0)"
@@ -102,11 +101,11 @@ def parse_actor_line(line: str) -> dict[str, Any] | None:
         "games": int(extra["games"]),
         "pending": int(extra["pending"]),
         "abandoned": {} if abandoned == "0" else dict(ast.literal_eval(abandoned)),
-        **(
-            {"cache_mb": float(memory["cache_mb"]), "tree_mb": float(memory["tree_mb"])}
-            if (memory := _MEMORY.search(line))
-            else {}
-        ),
+        **{
+            key: float(m["mb"])
+            for key, pattern in (("cache_mb", _CACHE_MB), ("tree_mb", _TREE_MB))
+            if (m := pattern.search(line))
+        },
     }
 
 
