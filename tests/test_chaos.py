@@ -70,7 +70,10 @@ def test_actor_lives_from_the_lines_the_actor_writes() -> None:
     )
     assert a.latest == [0, 3]
     assert (b.actor, b.finished, b.acked, b.pending, b.clean) == ("b", 30, 29, 1, True)
-    assert b.abandoned == {"server lost": 2}
+    assert b.abandoned == {"server lost": 2} and b.undelivered == 1
+    # a summary with no start line before it (an older actor) is a life of its own
+    (old,) = actor_lives([f"20:00:40 I actors: actor summary: {json.dumps(summary)}"])
+    assert old.actor == "b" and old.clean and old.finished == 30
 
 
 def test_work_is_seen_in_each_roles_log() -> None:

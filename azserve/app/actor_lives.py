@@ -32,6 +32,8 @@ class Life:
     finished: int = 0
     acked: int = 0
     pending: int = 0
+    undelivered: int = 0
+    """Trajectories its summary says the learner never acked."""
     clean: bool = False
     """It wrote its summary (stopped, not killed)."""
     abandoned: dict[str, int] = field(default_factory=dict)
@@ -47,15 +49,16 @@ def actor_lives(lines: Iterable[str]) -> list[Life]:
             actor, _, rest = head.partition(",")
             m = re.search(r"(\d+) game coroutines", rest)
             lives.append(Life(actor.strip(), int(m[1]) if m else 0))
-        elif not lives:
-            continue
         elif SUMMARY_TAG in line:
             s = json.loads(line.split(SUMMARY_TAG, 1)[1])
+            if not lives or lives[-1].clean:  # an actor that logged no start line
+                lives.append(Life(str(s.get("actor", "")), 0))
             life = lives[-1]
             life.finished, life.acked, life.clean = s["games"], s["acked"], True
+            life.undelivered = int(s.get("undelivered", 0))
             life.abandoned = dict(s["abandoned"])
             life.pending = max(0, s["sent"] - s["acked"])
-        elif m := STATUS.search(line):
+        elif lives and (m := STATUS.search(line)):
             life = lives[-1]
             life.finished, life.acked, life.pending = int(m[2]), int(m[4]), int(m[5])
             life.latest.append(int(m[3]))

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.main import SUMMARY_TAG
 from azserve.app.actor_lives import KILLED_IN_PLAY, actor_lives, killed_in_play
 from azserve.app.display import Display, Row, bar, human, pct, sig
 from azserve.app.schema import Config, replace, save_config
@@ -246,20 +245,15 @@ class Training:
         for child in self.children:
             if not child.name.startswith("actor"):
                 continue
-            lines = child.log_since_start()
-            for line in lines:
-                if SUMMARY_TAG not in line:
-                    continue
-                s = json.loads(line.split(SUMMARY_TAG, 1)[1])
-                finished += s["games"]
-                undelivered += s["undelivered"]
-                for reason, n in s["abandoned"].items():
-                    abandoned[reason] = abandoned.get(reason, 0) + n
             # A process that died wrote no summary: its games in play are lost (counted), and
             # its finished ones are those of its last status line (stored or not: the journal
             # knows; azserve bench chaos reads it).
-            lives = actor_lives(lines)
-            finished += sum(life.finished for life in lives if not life.clean)
+            lives = actor_lives(child.log_since_start())
+            for life in lives:
+                finished += life.finished
+                undelivered += life.undelivered
+                for reason, n in life.abandoned.items():
+                    abandoned[reason] = abandoned.get(reason, 0) + n
             if lost := killed_in_play(lives):
                 abandoned[KILLED_IN_PLAY] = abandoned.get(KILLED_IN_PLAY, 0) + lost
         rows = read_metrics(self.run_dir / "metrics.jsonl") if self._metrics_exist() else []
