@@ -76,7 +76,6 @@ STOP_S = (1.0, 20.0)
 _LIVE = re.compile(r"version (\d+) live")
 _PUBLISHED = re.compile(r"published v(\d+)")
 _SERVER_START = "torch backend:"
-_LEARNER_START = re.compile(r"learner (?:resumed|starting|started)|resuming|fresh start")
 
 
 @dataclass
