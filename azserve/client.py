@@ -58,6 +58,11 @@ class ClientConfig:
     """Ping period; also renews version pins."""
     lease_s: float = 5.0
     """How long the server keeps this client's pins without a heartbeat."""
+    catch_up_s: float = 30.0
+    """When the server restarts on a version older than the newest this client has seen, new
+    games keep starting on that newest one (they wait, as for a lost version, while the
+    learner catches the server up) for up to this long; past it the server's own latest is
+    taken (a server replaced by one with other weights). 0: take the server's at once."""
 
 
 _Leaf = tuple[np.ndarray, "asyncio.Future[Any]", bool]
@@ -94,6 +99,12 @@ class EvalClient:
         self.auth = auth or AuthConfig()
         self.client_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.latest_version = -1
+        """The version a game started now pins: the newest seen, never lowered by a server
+        restart unless the server has not caught up in ``catch_up_s`` (see ``_on_pong``)."""
+        self.server_latest = -1
+        """The server's own latest version, as of its last reply."""
+        self._behind_until: float | None = None
+        """While a restarted server is behind ``latest_version``: when to stop waiting."""
         self.server_id: str | None = None
         self.stats = ClientStats()
         self._ids = itertools.count(1)
@@ -360,7 +371,7 @@ class EvalClient:
     def _on_reply(self, msg: P.Message, arrays: list[np.ndarray]) -> None:
         rid = msg.id
         if isinstance(msg, P.EvalReply):
-            self.latest_version = max(self.latest_version, msg.latest)
+            self._heard_latest(msg.latest)
             inf = self._inflight.pop(rid, None) if rid is not None else None
             if inf is None:
                 return  # a late duplicate of a request already answered
@@ -397,14 +408,13 @@ class EvalClient:
                 log.warning("server error not tied to a request: %s", err)
             return
         if isinstance(msg, P.Pong):
-            self.latest_version = (
-                max(self.latest_version, msg.latest)
-                if self.server_id == msg.server_id
-                else msg.latest
-            )
             restarted = self.server_id is not None and msg.server_id != self.server_id
-            self._on_server_id(msg.server_id)
             now = time.monotonic()
+            if restarted:
+                self._on_restart_latest(msg.latest, now)
+            else:
+                self._heard_latest(msg.latest)
+            self._on_server_id(msg.server_id)
             if self._suspect_since is not None and not restarted:
                 # The same server answers again after a silence: anything sent before or
                 # during it may have been lost with the link (a restart resent it already).
@@ -414,6 +424,45 @@ class EvalClient:
         waiter = self._control.get(rid) if rid is not None else None
         if waiter is not None and not waiter.done():
             waiter.set_result(msg)
+
+    def _heard_latest(self, latest: int) -> None:
+        self.server_latest = latest
+        self.latest_version = max(self.latest_version, latest)
+        if self._behind_until is not None and latest >= self.latest_version:
+            log.info("server caught up to v%d", latest)
+            self._behind_until = None
+
+    def _on_restart_latest(self, latest: int, now: float) -> None:
+        """A restarted server says it is at ``latest``. Behind what this client has seen (it
+        came back on its initial weights, and the learner has not caught it up yet), new games
+        keep the newest version rather than start on old weights: self-play data spoils."""
+        self.server_latest = latest
+        if latest >= self.latest_version or self.cfg.catch_up_s <= 0:
+            self.latest_version = latest
+            self._behind_until = None
+            return
+        log.info(
+            "server restarted at v%d, behind v%d seen here: new games keep v%d while it "
+            "catches up (up to %g s)",
+            latest,
+            self.latest_version,
+            self.latest_version,
+            self.cfg.catch_up_s,
+        )
+        self._behind_until = now + self.cfg.catch_up_s
+
+    def _check_behind(self, now: float) -> None:
+        """Past ``catch_up_s`` behind: take the server's own latest version."""
+        if self._behind_until is not None and now >= self._behind_until:
+            log.warning(
+                "server still at v%d, behind v%d, after %g s: new games start on v%d",
+                self.server_latest,
+                self.latest_version,
+                self.cfg.catch_up_s,
+                self.server_latest,
+            )
+            self.latest_version = self.server_latest
+            self._behind_until = None
 
     def _on_server_id(self, server_id: str) -> None:
         if self.server_id is not None and server_id != self.server_id:
@@ -440,6 +489,7 @@ class EvalClient:
             if self._suspect_since is None and now - self._last_pong >= self.cfg.retry_after_s:
                 self._suspect_since = now  # no answer for a while: down, hung or cut off
             self._expire(now)
+            self._check_behind(now)
             rid = next(self._ids)
             self._control[rid] = fut = asyncio.get_running_loop().create_future()
             fut.add_done_callback(functools.partial(self._heartbeat_done, rid))

@@ -403,6 +403,46 @@ async def test_client_outlives_a_server_restart(
     assert client.stats.resent >= 1
 
 
+@pytest.mark.parametrize("caught_up", [True, False])
+async def test_a_server_restarted_behind_does_not_send_new_games_back_to_old_weights(
+    make_server: MakeServer,
+    make_client: MakeClient,
+    make_control: MakeControl,
+    ipc_endpoint: str,
+    ref: Reference,
+    caught_up: bool,
+) -> None:
+    """A restarted server comes back on its initial weights (v0) before the learner catches it
+    up. New games keep the newest version seen (their requests wait, as for a lost version)
+    rather than start on v0; only a server that stays behind past ``catch_up_s`` (one replaced
+    by another) gets its own latest taken."""
+    first = await make_server(ipc_endpoint)
+    ctl = await make_control(ipc_endpoint)
+    await ctl.load_weights(1, weights_blob(seed=1))
+    await ctl.load_weights(2, weights_blob(seed=2))
+    client = await make_client(ipc_endpoint, heartbeat_s=0.05, catch_up_s=1.0)
+    await wait_for(lambda: client.latest_version == 2)
+    await first.aclose()
+    second = await make_server(ipc_endpoint)  # back on v0
+    await wait_for(lambda: client.server_id == second.server_id)
+    assert (client.server_latest, client.latest_version) == (0, 2)
+    with client.pin_latest() as v:
+        assert v == 2
+        obs = positions(4, seed=11)
+        with pytest.raises(VersionUnavailable):
+            await client.evaluate(obs, version=v)
+        if caught_up:
+            ctl2 = await make_control(ipc_endpoint)
+            await ctl2.load_weights(2, weights_blob(seed=2))  # the learner's catch-up
+            assert ref.matches(obs, *(await client.evaluate(obs, version=v)), seed=2)
+    if caught_up:
+        await asyncio.sleep(1.5)  # past catch_up_s: nothing to give up, it caught up
+        assert (client.server_latest, client.latest_version) == (2, 2)
+    else:
+        await wait_for(lambda: client.latest_version == 0, timeout_s=5)
+        assert client.server_latest == 0
+
+
 async def test_request_fails_clearly_when_no_server_comes_back(
     make_server: MakeServer, make_client: MakeClient, ipc_endpoint: str
 ) -> None:

@@ -54,6 +54,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "client.request_timeout_s": POSITIVE_S,
     "client.heartbeat_s": (0.01, INF),
     "client.lease_s": (0.01, 86_400.0),
+    "client.catch_up_s": (0.0, 86_400.0),
     "mcts.num_simulations": (1, 1 << 20),
     "mcts.c_puct": (0.0, INF),
     "mcts.dirichlet_alpha": (0.0, INF),
