@@ -6,8 +6,10 @@ inductor compile of the tiny net takes seconds."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -205,6 +207,33 @@ async def test_inductor_swaps_weights_on_one_graph_without_recompiling(
     assert inductor.version_bytes(1) > 0
     await inductor.unload(1)
     await inductor.unload(2)
+
+
+async def test_once_serving_only_the_compute_thread_calls_the_compiled_graph(
+    inductor: TorchBackend,
+) -> None:
+    """A load's check and the batches it meets run on one thread: dynamo's guards evaluated
+    from two threads at once can fail spuriously, and under ``fail_on_recompile`` that is an
+    error for the batch (it was, once, in a 2-hour Go run)."""
+    program = inductor._program
+    fn = program._fn  # type: ignore[attr-defined]
+    threads: list[str] = []
+
+    def recorded(*a: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return fn(*a)
+
+    program._fn = recorded  # type: ignore[attr-defined]
+    try:
+        obs = positions(8, seed=3)
+        serving = asyncio.gather(*[inductor.infer(0, obs) for _ in range(20)])
+        await inductor.load(5, trained_blob(15))
+        await serving
+        await check_sizes(inductor, 5, trained_blob(15))
+    finally:
+        program._fn = fn  # type: ignore[attr-defined]
+        await inductor.unload(5)
+    assert len(threads) > 20 and {t.split("_")[0] for t in threads} == {"azserve-compute"}
 
 
 class ScriptedIdle:

@@ -116,8 +116,13 @@ class TorchBackend(Backend):
         runner = await loop.run_in_executor(self._loader, self._build, blob)
         # The first version compiles every bucket (nothing is served yet); later ones run one
         # small batch. On CUDA both run on the compute thread, as CUDA graphs belong to the
-        # thread that records them (a check there is one small batch: no stall).
-        pool = self._compute if self.cuda else self._loader
+        # thread that records them (a check there is one small batch: no stall). A warm
+        # inductor graph's check runs there too: dynamo's guards are not safe to evaluate from
+        # two threads at once (pytorch#123177; a Go run met a spurious "recompile" under
+        # fail_on_recompile when a check on the loader met a batch), so once serving, one
+        # thread calls the compiled graph.
+        on_compute = self.cuda or (self._warm and self.plan.compile == "inductor")
+        pool = self._compute if on_compute else self._loader
         await loop.run_in_executor(pool, self._check if self._warm else self._warm_up, runner)
         self._runners[version] = runner  # atomic publish: the next batch for `version` sees it
 
