@@ -100,7 +100,8 @@ class EvalClient:
         self.client_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.latest_version = -1
         """The version a game started now pins: the newest seen, never lowered by a server
-        restart unless the server has not caught up in ``catch_up_s`` (see ``_on_pong``)."""
+        restart unless the server has not caught up in ``catch_up_s``
+        (see ``_on_restart_latest``)."""
         self.server_latest = -1
         """The server's own latest version, as of its last reply."""
         self._behind_until: float | None = None
