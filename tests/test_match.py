@@ -1,6 +1,7 @@
 """``azserve match``: complete games against a real GnuGo (skipped, saying why, only where it
 is not installed: scripts/system_deps.sh installs it as root), against our own ``azserve gtp``
-through the same GTP client, and the referee's rules for resignations, forfeits and disputes."""
+through the same GTP client, and the referee's rules for resignations, forfeits, disputes and
+dead stones (GnuGo's own scoring against ours)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,20 @@ from pathlib import Path
 import pytest
 
 from actors.games import make_game
-from azserve.app.match import RESIGN, GameResult, Player, Refused, play_one, sgf, summarize, wilson
+from actors.games.go import EMPTY
+from azserve.app.match import GameResult, play_one, summarize, wilson
+from azserve.app.players import (
+    RESIGN,
+    GtpPlayer,
+    Player,
+    Refused,
+    Verdict,
+    honest_argv,
+    parse_gtp_score,
+    parse_spec,
+)
+from azserve.app.referee import play_game, sgf
+from azserve.errors import ConfigError
 from tests.test_cli import azserve_cmd
 from tests.test_gtp import go_checkpoint
 
@@ -53,7 +67,7 @@ def run_match(tmp_path: Path, opponent: str, games: int) -> tuple[dict, str]:
 
 
 def check_complete(summary: dict, out: Path, games: int) -> None:
-    assert summary["games"] == games and summary["disputed"] == 0
+    assert summary["games"] == games and summary["disputed"] == 0, summary["disputes"]
     assert summary["forfeits"] == {"ours": 0, "theirs": 0}  # no illegal move from either side
     assert summary["as_black"]["games"] == summary["as_white"]["games"] == games // 2
     assert summary["wins"] + summary["draws"] + summary["losses"] == games
@@ -70,6 +84,13 @@ def test_a_match_against_real_gnugo(tmp_path: Path) -> None:
     summary, err = run_match(tmp_path, "gnugo --mode gtp --level 0", 2)
     check_complete(summary, tmp_path / "out", 2)
     assert summary["opponent"] == "gnugo --mode gtp --level 0"
+    assert summary["opponent_command"] == (
+        "gnugo --mode gtp --level 0 --chinese-rules --capture-all-dead --positional-superko"
+    )
+    # Every game played out was scored by GnuGo too, and GnuGo agreed on the winner.
+    assert summary["checked_by_opponent"] == 2 - summary["resigned"]["ours"] - summary["resigned"][
+        "theirs"
+    ] - sum(summary["forfeits"].values())
     assert "game 2/2: azserve white" in err
     lo, hi = summary["ci95"]
     assert 0.0 <= lo <= summary["win_rate"] <= hi <= 1.0
@@ -138,3 +159,109 @@ def test_the_wilson_interval() -> None:
     assert math.isclose(lo, 0.3519, abs_tol=1e-3) and math.isclose(hi, 0.6481, abs_tol=1e-3)
     assert wilson(0, 10)[0] == 0.0 and wilson(10, 10)[1] == 1.0
     assert wilson(0, 0) == (0.0, 1.0)
+
+
+def dead_stone_opening(go) -> list[int]:  # type: ignore[no-untyped-def]
+    """Black walls column E, white column F (black ahead by 1.5 with komi), then a lone white
+    stone at B5 deep in black's area: dead to any Go player, alive to Tromp-Taylor as the
+    stones stand (and it makes black's 35 points of territory neutral)."""
+    moves = []
+    for row in range(1, 10):
+        moves += [go.parse_move(f"E{row}"), go.parse_move(f"F{row}")]
+    return [*moves, go.pass_action, go.parse_move("B5")]
+
+
+class Passer(Player):
+    """Passes at every turn (a fake: the test is about the referee and the real GnuGo)."""
+
+    name = "passer"
+
+    def genmove(self, color, state):  # type: ignore[no-untyped-def]
+        return 81
+
+
+@pytest.mark.skipif(GNUGO is None, reason="GnuGo not installed (Debian: apt-get install gnugo; "
+                    "make test installs it as root)")  # fmt: skip
+def test_dead_stones_left_on_the_board_make_a_dispute_never_a_win() -> None:
+    """Both sides pass with the dead white stone still on the board: Tromp-Taylor gives white
+    the game, GnuGo's own final_score gives black. The referee records a dispute with both
+    scores; it never hands the game to the side the dead stone favours."""
+    go = make_game("go9")
+    gnugo = GtpPlayer("gnugo --mode gtp --level 1")
+    try:
+        r = play_game(go, Passer(), gnugo, [*dead_stone_opening(go), go.pass_action])
+    finally:
+        gnugo.close()
+    assert (r.winner, r.reason, r.result) == (None, "disputed", "Void")
+    assert r.scores["referee"].startswith("W+") and r.scores["white"] == "B+1.5"
+    assert "scores it B+1.5" in r.why
+    text = sgf(go, r, "passer", "gnugo")
+    assert "RE[Void]" in text and "white B+1.5" in text
+
+
+@pytest.mark.skipif(GNUGO is None, reason="GnuGo not installed (Debian: apt-get install gnugo; "
+                    "make test installs it as root)")  # fmt: skip
+def test_gnugo_under_the_referees_rules_plays_the_dead_stones_out() -> None:
+    """The same position with GnuGo to move as black: run with --capture-all-dead it takes the
+    dead stone before it passes, so the board as it stands is the true score and both scorers
+    agree (B+1.5)."""
+    go = make_game("go9")
+    gnugo = GtpPlayer("gnugo --mode gtp --level 1")
+    try:
+        r = play_game(go, gnugo, Passer(), dead_stone_opening(go))
+    finally:
+        gnugo.close()
+    assert (r.winner, r.reason, r.result) == (0, "score", "B+1.5")
+    assert r.scores == {"referee": "B+1.5", "black": "B+1.5"}
+    state = go.initial_state()
+    for a in r.moves:
+        state = go.apply(state, a)
+    assert state.board[go.parse_move("B5")] == EMPTY  # captured, not left on the board
+
+
+def test_gnugo_is_run_under_the_referees_rules() -> None:
+    assert honest_argv(["/usr/games/gnugo", "--mode", "gtp", "--level", "1"]) == [
+        "/usr/games/gnugo", "--mode", "gtp", "--level", "1",
+        "--chinese-rules", "--capture-all-dead", "--positional-superko",
+    ]  # fmt: skip
+    assert honest_argv(["gnugo", "--chinese-rules"]).count("--chinese-rules") == 1
+    with pytest.raises(ConfigError, match="--japanese-rules: our referee scores by area"):
+        honest_argv(["gnugo", "--japanese-rules"])
+    assert honest_argv(["katago", "gtp"]) == ["katago", "gtp"]  # other engines: as given
+
+
+def test_scores_and_specs_parse() -> None:
+    assert parse_gtp_score("B+1.5") == Verdict(0, "B+1.5")
+    assert parse_gtp_score("W+R") == Verdict(1, "W+R")
+    assert parse_gtp_score("0") == Verdict(None, "0")
+    for bad in ("", "B+", "X+3", "B+abc"):
+        with pytest.raises(ValueError):
+            parse_gtp_score(bad)
+    assert parse_spec("random") == ("random", "")
+    assert parse_spec("gtp:gnugo --mode gtp") == ("gtp", "gnugo --mode gtp")
+    assert parse_spec("gnugo --mode gtp") == ("gtp", "gnugo --mode gtp")
+    assert parse_spec("openspiel-mcts:300") == ("openspiel-mcts", "300")
+    assert parse_spec("checkpoint:runs/a") == ("checkpoint", "runs/a")
+    for bad in ("", "openspiel-mcts:x", "openspiel-mcts:0", "checkpoint:"):
+        with pytest.raises(ConfigError):
+            parse_spec(bad)
+
+
+class Scorer(Scripted):
+    """Scripted moves and a fixed verdict on the finished game."""
+
+    def __init__(self, moves: list[int], verdict: Verdict | None) -> None:
+        super().__init__(moves)
+        self.verdict = verdict
+
+    def final_score(self) -> Verdict | None:
+        return self.verdict
+
+
+def test_an_opponent_that_agrees_on_the_winner_but_not_the_margin_still_counts() -> None:
+    go = make_game("go9")
+    r = play_one(go, 0, 0, Scripted([81]), Scorer([81], Verdict(1, "W+6.5")))
+    assert (r.winner, r.reason, r.result) == (1, "score", "W+7.5")
+    assert r.scores == {"referee": "W+7.5", "white": "W+6.5"} and r.margin_differs
+    s = summarize([r], "x")
+    assert s["margin_differs"] == 1 and s["checked_by_opponent"] == 1 and s["disputed"] == 0

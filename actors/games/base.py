@@ -41,6 +41,10 @@ class Game(abc.ABC):
     core_name: str | None = None
     """The game's name in the compiled core's table (actors/_games.c), or None when only the
     pure-Python search plays it."""
+    openspiel: str | None = None
+    """The same game in OpenSpiel, as ``pyspiel.load_game`` takes it (``"connect_four"``,
+    ``"go(board_size=9,komi=7.5)"``), or None where OpenSpiel has none: what the OpenSpiel
+    opponents, the rules tests and the MCTS benchmark load."""
 
     def core_state(self, s: State) -> tuple[bytes, bytes]:
         """(blob, history): ``s`` in the compiled core's layout (each built-in game's module

@@ -75,6 +75,7 @@ class ConnectFour(Game):
 
     name = "connect4"
     core_name = "connect4"
+    openspiel = "connect_four"
     num_actions = WIDTH
     obs_shape = (2, HEIGHT, WIDTH)
 

@@ -64,6 +64,7 @@ class Go(Game):
         self.pass_action = self.cells
         self.obs_shape = (4, size, size)
         self.max_moves = 2 * self.cells
+        self.openspiel = f"go(board_size={size},komi={komi:g})"
         # The compiled rules are 9x9 at komi 7.5.
         self.core_name = "go9" if (size, komi) == (9, 7.5) else None
         n = size

@@ -99,6 +99,7 @@ class OpenSpielGame(Game):
             )
         self.spiel_game = game
         self.name = f"openspiel:{spec}"
+        self.openspiel = spec
         self.num_actions = game.num_distinct_actions()
         shape = tuple(game.observation_tensor_shape())
         if len(shape) == 3:

@@ -103,6 +103,7 @@ class Othello(Game):
 
     name = "othello"
     core_name = "othello"
+    openspiel = "othello"
     num_actions = CELLS + 1
     pass_action = PASS
     obs_shape = (2, SIZE, SIZE)

@@ -51,6 +51,7 @@ class TicTacToe(Game):
 
     name = "tictactoe"
     core_name = "tictactoe"
+    openspiel = "tic_tac_toe"
     num_actions = 9
     obs_shape = (2, 3, 3)
 

@@ -107,8 +107,9 @@ class _OpenSpiel:
         return self.simulations
 
 
-OPENSPIEL_NAMES = {"connect4": "connect_four", "othello": "othello", "go9": "go(board_size=9)"}
-"""Our built-in games -> the same game in OpenSpiel."""
+BUILTIN = ("connect4", "go9", "othello")
+"""The built-in games with compiled rules; each names its OpenSpiel equivalent
+(``Game.openspiel``)."""
 
 
 def _openspiel_contenders(
@@ -121,7 +122,7 @@ def _openspiel_contenders(
     except ImportError as e:
         reason = f"open_spiel is not importable: {e}"
         return {"openspiel_python": reason, "openspiel_cpp": reason}
-    game = pyspiel.load_game(OPENSPIEL_NAMES[game_name])
+    game = pyspiel.load_game(make_game(game_name).openspiel)
     rng = np.random.RandomState(seed)
     # uct_c = 2 and solve=False: OpenSpiel's own defaults for examples, no solver shortcut.
     py_bot = py_mcts.MCTSBot(
@@ -151,7 +152,7 @@ async def run(
     gumbel = _Ours(game, simulations, 1, seed, algorithm="gumbel")
     gumbel_python = _Ours(game, simulations, 1, seed, core="python", algorithm="gumbel")
     # The same game's OpenSpiel rules through actors.games.openspiel and the Python search.
-    adapter = _Ours(f"openspiel:{OPENSPIEL_NAMES[game]}", simulations, 1, seed, core="python")
+    adapter = _Ours(f"openspiel:{make_game(game).openspiel}", simulations, 1, seed, core="python")
     ours_all = {
         "azserve": ours,
         "azserve_in_flight": ours_in_flight,
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m azserve.app.bench.mcts", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--game", choices=sorted(OPENSPIEL_NAMES), default="connect4")
+    parser.add_argument("--game", choices=sorted(BUILTIN), default="connect4")
     parser.add_argument("--seconds", type=float, default=40.0, help="CPU seconds in all")
     parser.add_argument("--simulations", type=int, default=800, help="simulations per move")
     parser.add_argument("--in-flight", type=int, default=8, help="leaves per round")
