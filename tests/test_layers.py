@@ -41,6 +41,7 @@ TORCH_ALLOWED = (
     "azserve.app.play",
     "azserve.app.gtp",  # one torch thread for its in-process agent, as play
     "azserve.app.match",  # the same
+    "azserve.app.ladder",  # the same
     "azserve.app.train",
     "azserve.app.compare",  # scores checkpoints in-process, as train does
     "azserve.app.bench",

@@ -45,6 +45,8 @@ EXAMPLES = {
     "gtp": "azserve gtp --checkpoint runs/go9 --sims 64",
     "match": 'azserve match --config go9 --checkpoint runs/go9 --opponent "gnugo --mode gtp '
     '--level 1" --games 40',
+    "ladder": 'azserve ladder runs/go9 --anchor random --anchor "gtp:gnugo --mode gtp --level 1" '
+    "--games 100",
     "bench": "azserve bench serve --config connect4 --duration 10 --peers ''",
     "bench serve": "azserve bench serve --config connect4 --duration 10 --peers ''",
     "bench selfplay": "azserve bench selfplay --config connect4 --duration 30 --sweep sims=8,16",

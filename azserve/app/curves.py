@@ -62,17 +62,43 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+class Timeline:
+    """Where a learner step falls in a run: minutes from its start, positions and moves
+    recorded by then (the first metrics row at or after the step, else the last row). Minutes
+    count from ``started`` (Unix time), else from the first metrics row."""
+
+    def __init__(self, metrics: list[dict[str, Any]], started: float | None = None) -> None:
+        self.rows = sorted(
+            (r for r in metrics if "step" in r and "time" in r), key=lambda r: r["step"]
+        )
+        self.steps = [int(r["step"]) for r in self.rows]
+        self.t0 = (self.rows[0]["time"] if self.rows else 0.0) if started is None else started
+
+    @classmethod
+    def of_run(cls, run_dir: str | Path) -> Timeline:
+        d = Path(run_dir)
+        metrics = read_metrics(d / "metrics.jsonl") if (d / "metrics.jsonl").exists() else []
+        return cls(metrics, run_started(d))
+
+    def at(self, step: int) -> tuple[float, int, int] | None:
+        """(minutes, positions, moves) at ``step``; None when the run has no metrics rows."""
+        if not self.rows:
+            return None
+        r = self.rows[min(bisect.bisect_left(self.steps, step), len(self.rows) - 1)]
+        positions = int(r.get("positions", 0))
+        return (r["time"] - self.t0) / 60, positions, int(r.get("moves", positions))
+
+
 def join_points(
     evals: list[dict[str, Any]], metrics: list[dict[str, Any]], started: float | None = None
 ) -> list[CurvePoint]:
     """Curve points from evaluation rows and metrics rows, sorted by step; rows of the same
     step merge (a periodic raw-policy row and a later MCTS row of that checkpoint). Minutes
     count from ``started`` (Unix time), else from the first metrics row."""
-    rows = sorted((r for r in metrics if "step" in r and "time" in r), key=lambda r: r["step"])
-    if not rows:
-        return []
-    steps = [int(r["step"]) for r in rows]
-    t0 = rows[0]["time"] if started is None else started
+    return _points(evals, Timeline(metrics, started))
+
+
+def _points(evals: list[dict[str, Any]], timeline: Timeline) -> list[CurvePoint]:
     merged: dict[int, dict[str, dict[str, float]]] = {}
     for e in evals:
         m = merged.setdefault(int(e["step"]), {"policy": {}, "mcts": {}})
@@ -80,19 +106,11 @@ def join_points(
             m[label].update(mistake_rates(e, label))
     out = []
     for step, m in sorted(merged.items()):
-        i = min(bisect.bisect_left(steps, step), len(rows) - 1)
-        r = rows[i]
-        positions = int(r.get("positions", 0))
-        out.append(
-            CurvePoint(
-                step=step,
-                minutes=(r["time"] - t0) / 60,
-                positions=positions,
-                moves=int(r.get("moves", positions)),
-                policy=m["policy"],
-                mcts=m["mcts"],
-            )
-        )
+        place = timeline.at(step)
+        if place is None:
+            return []
+        minutes, positions, moves = place
+        out.append(CurvePoint(step, minutes, positions, moves, m["policy"], m["mcts"]))
     return out
 
 
@@ -100,8 +118,7 @@ def read_run(run_dir: str | Path) -> list[CurvePoint]:
     """The curve points of one ``azserve train`` run directory."""
     d = Path(run_dir)
     evals = _read_jsonl(d / "eval.jsonl") + _read_jsonl(d / "curve.jsonl")
-    metrics = read_metrics(d / "metrics.jsonl") if (d / "metrics.jsonl").exists() else []
-    return join_points(evals, metrics, run_started(d))
+    return _points(evals, Timeline.of_run(d))
 
 
 def run_started(run_dir: str | Path) -> float | None:

@@ -1,0 +1,622 @@
+"""``azserve ladder``: strength against training time. The checkpoints of one or more runs play
+each other and a set of anchors (random play, GTP engines such as GnuGo, OpenSpiel's MCTS,
+another run's checkpoint); every game is refereed (``azserve.app.referee``) and stored; Elo
+ratings are fitted by maximum likelihood over all the games (``azserve.app.ratings``), random
+play held at 0 (without a random anchor, the first anchor).
+
+The store, ``OUT/games.jsonl``, is append-only: one JSON line per finished game (its players,
+colours, result, moves, seed, and each checkpoint's step, wall time and positions). A game is
+named by its pair and its number within the pair (``k``), which fix its colours (the pair's
+first player takes black in even games) and its seed; the next game of a pair is always the
+first number not yet stored. So a ladder killed at any point (``kill -9`` mid-game included)
+resumes where it stopped: an unfinished game was never written and is played again from the
+same seed, and a stored one is never played twice. A torn last line is cut off on resume.
+Go games are also written as SGF under ``OUT/games/``.
+
+Pairing: each checkpoint plays its neighbours in time within its run, the checkpoint of each
+other run nearest to it in time, and every anchor; of all those pairs the next game goes to
+the one with the highest ``p (1 - p) / (1 + n)``, where ``p`` is the expected score under the
+current fit and ``n`` the games the pair has played: close pairs inform the fit most, and
+each game played makes its pair less pressing. Anchors far from a checkpoint's rating are thus
+rarely played by it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import fcntl
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from actors.games import Game
+from azserve.app.players import AgentPlayer, Player, PlayerError, make_player, parse_spec
+from azserve.app.ratings import Rating, Result, expected_score, fit
+from azserve.app.referee import GameRecord, play_game, sgf
+from azserve.errors import AzserveError, ConfigError
+
+RANDOM = "random"
+"""The anchor fixed at 0 Elo."""
+
+
+@dataclass(frozen=True)
+class Entrant:
+    """One player on the ladder: a checkpoint of a run, or an anchor."""
+
+    name: str
+    """Unique on the ladder: ``RUN@STEP`` for a checkpoint, the spec for an anchor."""
+    spec: str
+    """What ``make_player`` builds (``checkpoint:PATH`` for a checkpoint)."""
+    run: str | None = None
+    """The run's label (its directory's name); None for an anchor."""
+    step: int | None = None
+    hours: float | None = None
+    """Wall-clock hours from the run's start to the checkpoint (from its metrics rows)."""
+    positions: int | None = None
+    """Positions recorded by then."""
+
+    @property
+    def anchor(self) -> bool:
+        return self.run is None
+
+
+def run_label(run_dir: str | Path, taken: Iterable[str] = ()) -> str:
+    """A run's name on the ladder: its directory's name, or more of its path when two runs
+    share a name."""
+    p = Path(run_dir).resolve()
+    label = p.name
+    parts = list(p.parts)
+    depth = 2
+    while label in set(taken) and depth <= len(parts):
+        label = "/".join(parts[-depth:])
+        depth += 1
+    return label
+
+
+def checkpoints_of(run_dir: str | Path, label: str, limit: int = 0) -> list[Entrant]:
+    """The checkpoints of a run directory (``RUN/checkpoints/``, or a directory of checkpoint
+    files), oldest first, with their place in the run. ``limit`` > 0 keeps that many, evenly
+    spaced, the first and the newest always among them."""
+    from azserve.app.curves import Timeline
+    from learner.checkpoint import list_checkpoints
+
+    d = Path(run_dir)
+    found = list_checkpoints(d / "checkpoints") or list_checkpoints(d)
+    if not found:
+        raise AzserveError(f"no checkpoint (ckpt-*.safetensors) in {d} or {d / 'checkpoints'}")
+    if limit > 0 and len(found) > limit:
+        picks = sorted({round(i * (len(found) - 1) / (limit - 1)) for i in range(limit)})
+        found = [found[i] for i in picks] if limit > 1 else [found[-1]]
+    timeline = Timeline.of_run(d)
+    out = []
+    for step, path in found:
+        place = timeline.at(step)
+        hours, positions = (place[0] / 60, place[1]) if place is not None else (None, None)
+        out.append(Entrant(f"{label}@{step}", f"checkpoint:{path}", label, step, hours, positions))
+    return out
+
+
+def anchor_entrant(spec: str) -> Entrant:
+    kind, arg = parse_spec(spec)
+    name = RANDOM if kind == RANDOM else f"{kind}:{arg}"
+    return Entrant(name, spec)
+
+
+# -- the store ------------------------------------------------------------------------------
+
+
+def pair_of(a: str, b: str) -> tuple[str, str]:
+    """A pair in its canonical order (which decides colours: the first is black in even games)."""
+    return (a, b) if a < b else (b, a)
+
+
+def game_id(pair: tuple[str, str], k: int) -> str:
+    return f"{pair[0]} | {pair[1]} | {k}"
+
+
+def game_seed(base: int, pair: tuple[str, str], k: int) -> int:
+    """A game's seed: stable across processes and machines (no Python ``hash``)."""
+    digest = hashlib.sha256(f"{base}\0{pair[0]}\0{pair[1]}\0{k}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+class Store:
+    """The ladder's append-only JSON-lines file of finished games; one writer at a time (a
+    second ladder on the same directory is refused while the first runs)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock: IO[bytes] = open(path.with_name(path.name + ".lock"), "ab")  # noqa: SIM115
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise AzserveError(f"another ladder is writing {path}") from None
+        self.games: list[dict[str, Any]] = []
+        self.counts: dict[tuple[str, str], int] = {}
+        try:
+            self._read()
+        except BaseException:
+            self._lock.close()
+            raise
+        self._out = open(path, "ab")  # noqa: SIM115 - closed in close()
+
+    def _read(self) -> None:
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        good = data.rfind(b"\n") + 1  # a torn last line (killed mid-write) is cut off
+        if good < len(data):
+            print(f"ladder: {self.path}: cut off a torn last line ({len(data) - good} bytes)",
+                  file=sys.stderr)  # fmt: skip
+            with open(self.path, "r+b") as f:
+                f.truncate(good)
+        for n, line in enumerate(data[:good].splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                g = json.loads(line)
+                pair, k = (g["pair"][0], g["pair"][1]), int(g["k"])
+            except (ValueError, KeyError, TypeError, IndexError) as e:
+                raise AzserveError(f"{self.path}:{n}: not a game record ({e})") from None
+            if k != self.counts.get(pair, 0):
+                raise AzserveError(
+                    f"{self.path}:{n}: game {k} of {pair[0]} v {pair[1]} out of order "
+                    f"(expected {self.counts.get(pair, 0)})"
+                )
+            self.counts[pair] = k + 1
+            self.games.append(g)
+
+    def next_k(self, pair: tuple[str, str]) -> int:
+        return self.counts.get(pair, 0)
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write one game durably (flushed and fsynced before this returns)."""
+        pair, k = (record["pair"][0], record["pair"][1]), record["k"]
+        assert k == self.next_k(pair), (pair, k)
+        self._out.write(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+        self._out.flush()
+        os.fsync(self._out.fileno())
+        self.counts[pair] = k + 1
+        self.games.append(record)
+
+    def close(self) -> None:
+        self._out.close()
+        self._lock.close()
+
+
+def results_of(games: Iterable[dict[str, Any]]) -> list[Result]:
+    """The games that count for the fit (disputed ones do not), from black's side."""
+    out = []
+    for g in games:
+        if g["reason"] == "disputed":
+            continue
+        score = 0.5 if g["winner"] is None else (1.0 if g["winner"] == 0 else 0.0)
+        out.append(Result(g["black"], g["white"], score))
+    return out
+
+
+def fit_ladder(
+    games: Sequence[dict[str, Any]], names: Iterable[str], fixed: str | None
+) -> dict[str, Rating]:
+    """Ratings of every player in ``games`` and ``names``, ``fixed`` held at 0 Elo."""
+    return fit(results_of(games), {fixed: 0.0} if fixed else {}, players=names)
+
+
+def fixed_player(anchors: Sequence[str], entrants: Sequence[Entrant]) -> str:
+    """Who is held at 0 Elo: random play where it is an anchor, else the first anchor, else
+    the first checkpoint."""
+    names = [anchor_entrant(a).name for a in anchors]
+    if RANDOM in names:
+        return RANDOM
+    return names[0] if names else entrants[0].name
+
+
+# -- pairing --------------------------------------------------------------------------------
+
+
+def candidate_pairs(entrants: Sequence[Entrant]) -> list[tuple[str, str]]:
+    """The pairs worth a game: neighbours in time within a run, the nearest checkpoint in time
+    of every other run, every anchor, and the anchors with each other."""
+    runs: dict[str, list[Entrant]] = {}
+    for e in entrants:
+        if not e.anchor:
+            runs.setdefault(e.run or "", []).append(e)
+    anchors = [e for e in entrants if e.anchor]
+    pairs: list[tuple[str, str]] = []
+
+    def add(a: str, b: str) -> None:
+        p = pair_of(a, b)
+        if a != b and p not in pairs:
+            pairs.append(p)
+
+    for label, points in runs.items():
+        points.sort(key=lambda e: e.step or 0)
+        for i, e in enumerate(points):
+            if i > 0:
+                add(points[i - 1].name, e.name)
+            for x in anchors:
+                add(e.name, x.name)
+            for other, theirs in runs.items():
+                if other == label:
+                    continue
+                near = min(theirs, key=lambda t: abs(_when(t) - _when(e)))
+                add(e.name, near.name)
+    for i, a in enumerate(anchors):
+        for b in anchors[i + 1 :]:
+            add(a.name, b.name)
+    return pairs
+
+
+def _when(e: Entrant) -> float:
+    return e.hours if e.hours is not None else float(e.step or 0)
+
+
+def next_pair(
+    entrants: Sequence[Entrant], ratings: dict[str, Rating], counts: dict[tuple[str, str], int]
+) -> tuple[str, str] | None:
+    """The pair whose next game informs the fit most: ``p (1 - p) / (1 + n)``. A player with no
+    games yet is guessed at its run's previous checkpoint's rating (0 for the first)."""
+    guess = _guesses(entrants, ratings)
+    best, best_w = None, -1.0
+    for pair in candidate_pairs(entrants):
+        p = expected_score(guess[pair[0]], guess[pair[1]])
+        w = p * (1.0 - p) / (1 + counts.get(pair, 0))
+        if w > best_w + 1e-12:
+            best, best_w = pair, w
+    return best
+
+
+def _guesses(entrants: Sequence[Entrant], ratings: dict[str, Rating]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    last: dict[str | None, float] = {}
+    for e in sorted(entrants, key=lambda e: (e.run or "", e.step or 0)):
+        r = ratings.get(e.name)
+        known = r is not None and r.games > 0 and math.isfinite(r.elo)
+        out[e.name] = r.elo if known else last.get(e.run, 0.0)  # type: ignore[union-attr]
+        last[e.run] = out[e.name]
+    return out
+
+
+# -- playing --------------------------------------------------------------------------------
+
+
+class Roster:
+    """Builds each game's players: checkpoints' agents cached (a few at a time), GTP engines
+    kept running between games (restarted after a failure)."""
+
+    def __init__(self, game: Game, sims: int, sample_moves: int, log_dir: Path) -> None:
+        self.game = game
+        self.sims = sims
+        self.sample_moves = sample_moves
+        self.log_dir = log_dir
+        self._agents: OrderedDict[str, Any] = OrderedDict()
+        self._engines: dict[str, Player] = {}
+
+    def agent(self, path: str) -> Any:
+        from azserve.app.agent import agent_from_checkpoint
+
+        if path not in self._agents:
+            _, agent = agent_from_checkpoint(path, None, (), self.game.name)
+            self._agents[path] = agent
+            while len(self._agents) > 6:
+                self._agents.popitem(last=False)
+        self._agents.move_to_end(path)
+        return self._agents[path]
+
+    def player(self, e: Entrant, seed: int) -> Player:
+        kind, arg = parse_spec(e.spec)
+        if kind == "checkpoint":
+            return AgentPlayer(self.agent(arg), self.sims, self.sample_moves, seed, name=e.name)
+        if kind == "gtp":
+            if e.name not in self._engines:
+                log = self.log_dir / (re.sub(r"[^A-Za-z0-9._-]+", "_", e.name)[:80] + ".log")
+                self._engines[e.name] = make_player(e.spec, seed, log)
+            return self._engines[e.name]
+        return make_player(e.spec, seed)
+
+    def drop(self, e: Entrant) -> None:
+        """Forget a failed engine: the next game starts a fresh one."""
+        engine = self._engines.pop(e.name, None)
+        if engine is not None:
+            engine.close()
+
+    def close(self) -> None:
+        for engine in self._engines.values():
+            engine.close()
+        self._engines.clear()
+
+
+def play_pair(
+    roster: Roster, store: Store, by_name: dict[str, Entrant], pair: tuple[str, str], seed: int
+) -> dict[str, Any]:
+    """Play and store the pair's next game; returns its record."""
+    k = store.next_k(pair)
+    s = game_seed(seed, pair, k)
+    black, white = (pair[0], pair[1]) if k % 2 == 0 else (pair[1], pair[0])
+    b = roster.player(by_name[black], s)
+    w = roster.player(by_name[white], s + 1)
+    game = roster.game
+    r: GameRecord = play_game(game, b, w)
+    record = {
+        "pair": list(pair),
+        "k": k,
+        "seed": s,
+        "game": game.name,
+        "black": black,
+        "white": white,
+        "winner": r.winner,
+        "reason": r.reason,
+        "result": r.result,
+        "moves": [game.format_move(a) for a in r.moves],
+        "scores": r.scores,
+        "why": r.why,
+        "seconds": round(r.seconds, 3),
+        "sims": roster.sims,
+        "time": time.time(),
+        "players": {
+            n: {k2: v for k2, v in asdict(by_name[n]).items() if k2 != "name"}
+            for n in (black, white)
+        },
+    }
+    if hasattr(game, "size"):
+        sgf_dir = store.path.parent / "games"
+        sgf_dir.mkdir(exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9@._-]+", "_", f"{black}_v_{white}_{k}")[:150]
+        today = datetime.date.today().isoformat()
+        (sgf_dir / f"{name}.sgf").write_text(sgf(game, r, black, white, date=today))
+    store.append(record)
+    return record
+
+
+@dataclass
+class LadderReport:
+    """What one invocation did and the ratings after it."""
+
+    played: int
+    total: int
+    ratings: dict[str, Rating]
+    entrants: list[Entrant]
+    disputed: int
+
+
+def run_ladder(
+    run_dirs: Sequence[str],
+    anchors: Sequence[str],
+    out: Path,
+    games: int,
+    minutes: float = 0.0,
+    sims: int | None = None,
+    sample_moves: int = 4,
+    seed: int = 0,
+    max_checkpoints: int = 12,
+    progress: IO[str] | None = sys.stderr,
+) -> LadderReport:
+    """Play up to ``games`` new games (and for at most ``minutes``, 0 = no limit), then fit."""
+    if not run_dirs:
+        raise ConfigError("give at least one run directory")
+    labels: list[str] = []
+    entrants: list[Entrant] = []
+    for d in run_dirs:
+        label = run_label(d, labels)
+        labels.append(label)
+        entrants += checkpoints_of(d, label, max_checkpoints)
+    entrants += [anchor_entrant(a) for a in anchors]
+    by_name = {e.name: e for e in entrants}
+    if len(by_name) < len(entrants):
+        raise ConfigError("an anchor is given twice")
+    game, eval_sims = _game_of(entrants)
+    sims = eval_sims if sims is None else sims
+    zero = fixed_player(anchors, entrants)
+    store = Store(out / "games.jsonl")
+    roster = Roster(game, sims, sample_moves, out)
+    played = failures = 0
+    deadline = time.monotonic() + minutes * 60 if minutes > 0 else math.inf
+    try:
+        if progress:
+            print(
+                f"azserve ladder: {game.name}, {len(entrants) - len(anchors)} checkpoints of "
+                f"{len(run_dirs)} run(s), anchors {', '.join(anchors) or 'none'}; {sims} "
+                f"simulations a move; {len(store.games)} games stored in {store.path}",
+                file=progress,
+                flush=True,
+            )
+        while played < games and time.monotonic() < deadline:
+            ratings = fit_ladder(store.games, by_name, zero)
+            pair = next_pair(entrants, ratings, store.counts)
+            if pair is None:
+                break
+            try:
+                g = play_pair(roster, store, by_name, pair, seed)
+            except PlayerError as e:
+                failures += 1
+                for n in pair:
+                    roster.drop(by_name[n])
+                if progress:
+                    print(f"ladder: {e} (not stored; played again later)", file=progress)
+                if failures >= 5:
+                    raise AzserveError(f"{failures} games failed; last: {e}") from None
+                continue
+            played += 1
+            if progress:
+                print(
+                    f"ladder game {played}/{games}: {g['black']} (B) v {g['white']} (W): "
+                    f"{g['result']} ({g['reason']}, {len(g['moves'])} moves, "
+                    f"{g['seconds']:.0f} s)",
+                    file=progress,
+                    flush=True,
+                )
+    finally:
+        roster.close()
+        store.close()
+    ratings = fit_ladder(store.games, by_name, zero)
+    disputed = sum(g["reason"] == "disputed" for g in store.games)
+    return LadderReport(played, len(store.games), ratings, entrants, disputed)
+
+
+def _game_of(entrants: Sequence[Entrant]) -> tuple[Game, int]:
+    """The game every checkpoint plays (one for all) and the first run's ``eval.sims``."""
+    from actors.games import make_game
+    from learner.checkpoint import load_checkpoint
+
+    seen: dict[str, str] = {}
+    sims = None
+    for e in entrants:
+        if e.anchor:
+            continue
+        path = parse_spec(e.spec)[1]
+        config = load_checkpoint(path).meta.config
+        seen.setdefault(config["game"], e.name)
+        if sims is None:
+            sims = int(config.get("eval", {}).get("sims", 64))
+    if len(seen) != 1:
+        raise ConfigError(
+            "the runs play different games: " + ", ".join(f"{g} ({n})" for g, n in seen.items())
+        )
+    return make_game(next(iter(seen))), int(sims or 64)
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def table(report: LadderReport) -> str:
+    """The ratings as a text table, strongest first."""
+    rows = sorted(report.ratings.items(), key=lambda kv: -kv[1].elo)
+    width = max((len(n) for n, _ in rows), default=6)
+    lines = [f"{'player':<{width}}  {'Elo':>6}  {'95% interval':>15}  {'games':>5}  score"]
+    for n, r in rows:
+        if r.games == 0 and not r.fixed:
+            interval, elo = "no games", "-"
+        else:
+            elo = f"{r.elo:6.0f}"
+            interval = "fixed" if r.fixed else f"{r.lo:6.0f} .. {r.hi:6.0f}"
+        score = f"{r.score / r.games:.0%}" if r.games else "-"
+        lines.append(f"{n:<{width}}  {elo:>6}  {interval:>15}  {r.games:>5}  {score}")
+    return "\n".join(lines)
+
+
+def ratings_json(report: LadderReport) -> dict[str, Any]:
+    by_name = {e.name: e for e in report.entrants}
+    players = []
+    for n, r in sorted(report.ratings.items(), key=lambda kv: -kv[1].elo):
+        e = by_name.get(n)
+        row: dict[str, Any] = {"player": n, **asdict(r)}
+        for key in ("lo", "hi"):
+            if not math.isfinite(row[key]):
+                row[key] = None
+        if e is not None:
+            row.update(run=e.run, step=e.step, hours=e.hours, positions=e.positions)
+        players.append(row)
+    return {"games": report.total, "disputed": report.disputed, "players": players}
+
+
+def draw_ladder(report: LadderReport, out: Path, title: str = "") -> Path:
+    """Elo against wall-clock hours, positions and steps: one line per run with 95% intervals,
+    the anchors as horizontal lines."""
+    from azserve.app.curves import plt
+
+    axes_keys = (("hours", "wall-clock hours"), ("positions", "positions"), ("step", "steps"))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    runs: dict[str, list[Entrant]] = {}
+    for e in report.entrants:
+        if not e.anchor:
+            runs.setdefault(e.run or "", []).append(e)
+    for col, (key, label) in enumerate(axes_keys):
+        ax = axes[0][col]
+        for i, (run, points) in enumerate(runs.items()):
+            pts = [
+                (getattr(e, key), report.ratings[e.name])
+                for e in sorted(points, key=lambda e: e.step or 0)
+                if getattr(e, key) is not None
+                and e.name in report.ratings
+                and report.ratings[e.name].games > 0
+                and math.isfinite(report.ratings[e.name].hi)
+            ]
+            if not pts:
+                continue
+            xs = [x for x, _ in pts]
+            ys = [r.elo for _, r in pts]
+            err = [[r.elo - r.lo for _, r in pts], [r.hi - r.elo for _, r in pts]]
+            ax.errorbar(xs, ys, yerr=err, fmt="-o", markersize=3, capsize=2,
+                        color=colours[i % len(colours)], label=run)  # fmt: skip
+        anchors = {x.name for x in report.entrants if x.anchor}
+        for n, r in report.ratings.items():
+            if n not in anchors or (r.games == 0 and not r.fixed):
+                continue
+            ax.axhline(r.elo, color="grey", linestyle="--", linewidth=0.8)
+            ax.annotate(n, (0.01, r.elo), xycoords=("axes fraction", "data"), fontsize=7,
+                        color="dimgrey", va="bottom")  # fmt: skip
+        ax.set(xlabel=label, ylabel="Elo (random = 0)")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle(title or "azserve ladder: Elo against training (95% intervals)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    return out
+
+
+def run_ladder_command(args: argparse.Namespace) -> int:
+    """The ``azserve ladder`` main."""
+    import torch
+
+    torch.set_num_threads(1)  # one position at a time, beside engines: as match does
+    out = Path(args.out) if args.out else Path(args.runs[0]) / "ladder"
+    anchors = args.anchors if args.anchors is not None else [RANDOM]
+    report = run_ladder(
+        args.runs,
+        anchors,
+        out,
+        args.games,
+        minutes=args.minutes,
+        sims=args.sims,
+        sample_moves=args.sample_moves,
+        seed=args.seed,
+        max_checkpoints=args.max_checkpoints,
+    )
+    (out / "ratings.json").write_text(json.dumps(ratings_json(report), indent=1) + "\n")
+    plot = draw_ladder(report, out / "ladder.png")
+    print(table(report))
+    print(
+        f"azserve ladder: {report.played} games played now, {report.total} stored "
+        f"({report.disputed} disputed, left out of the fit); ratings in {out / 'ratings.json'}, "
+        f"plot {plot}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+__all__ = [
+    "RANDOM",
+    "Entrant",
+    "LadderReport",
+    "Roster",
+    "Store",
+    "candidate_pairs",
+    "checkpoints_of",
+    "draw_ladder",
+    "fit_ladder",
+    "fixed_player",
+    "game_seed",
+    "next_pair",
+    "pair_of",
+    "play_pair",
+    "ratings_json",
+    "results_of",
+    "run_ladder",
+    "run_ladder_command",
+    "table",
+]

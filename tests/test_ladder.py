@@ -1,0 +1,263 @@
+"""``azserve ladder`` and its Elo fit: simulated players of known strength recovered inside
+the intervals at about the stated rate, the append-only store (a torn line, ``kill -9``
+mid-game, a second invocation that continues), pairing, and the real command on tiny Go
+checkpoints against random play."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from azserve.app.ladder import (
+    RANDOM,
+    Entrant,
+    Store,
+    candidate_pairs,
+    checkpoints_of,
+    game_seed,
+    next_pair,
+    pair_of,
+    results_of,
+)
+from azserve.app.ratings import Rating, Result, expected_score, fit
+from azserve.app.schema import load_config, to_dict
+from azserve.errors import AzserveError
+from learner.checkpoint import save_checkpoint
+from learner.trainer import Trainer
+from tests.test_cli import azserve_cmd
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def simulate(rng: np.random.Generator, true: dict[str, float], a: str, b: str) -> float:
+    """One game between simulated players whose expected score is Bradley-Terry's ``p``, with
+    draws the more likely the closer they are (40% of the games of equals)."""
+    p = expected_score(true[a], true[b])
+    draw = 0.8 * min(p, 1.0 - p)
+    u = rng.random()
+    return 0.5 if u < draw else (1.0 if u < draw + p - draw / 2 else 0.0)
+
+
+def test_the_fit_recovers_simulated_players_inside_its_intervals() -> None:
+    """Six players of known Elo, every pair 24 games (draws among them), 150 leagues: the true
+    ratings fall inside the 95% intervals about 95% of the time, and the estimates are not
+    biased by more than a few Elo on average."""
+    rng = np.random.default_rng(7)
+    true = {RANDOM: 0.0, "a": 150.0, "b": 400.0, "c": 550.0, "d": 800.0, "e": 650.0}
+    names = list(true)
+    inside = total = 0
+    errors = []
+    for _ in range(150):
+        games = [
+            Result(a, b, simulate(rng, true, a, b))
+            for i, a in enumerate(names)
+            for b in names[i + 1 :]
+            for _ in range(24)
+        ]
+        ratings = fit(games, {RANDOM: 0.0})
+        for n in names[1:]:
+            r = ratings[n]
+            inside += r.lo <= true[n] <= r.hi
+            total += 1
+            errors.append(r.elo - true[n])
+    assert 0.90 <= inside / total <= 0.985, inside / total
+    assert abs(float(np.mean(errors))) < 25, np.mean(errors)
+
+
+def test_the_fit_with_draws_sweeps_fixed_and_unlinked_players() -> None:
+    # all draws against random: 0 Elo; a sweep: finite, large, far from 0
+    ratings = fit([Result("x", RANDOM, 0.5)] * 20 + [Result("y", RANDOM, 1.0)] * 40, {RANDOM: 0})
+    assert abs(ratings["x"].elo) < 1e-6 and ratings["x"].lo < 0 < ratings["x"].hi
+    assert 600 < ratings["y"].elo < 1200 and math.isfinite(ratings["y"].hi)
+    assert (ratings["y"].games, ratings["y"].score) == (40, 40.0)
+    assert ratings[RANDOM].fixed and ratings[RANDOM].lo == ratings[RANDOM].hi == 0.0
+    # a pair never linked to the fixed player: relative to each other only, no interval
+    ratings = fit([Result("p", "q", 1.0)] * 3, {RANDOM: 0}, players=["new"])
+    assert not ratings["p"].anchored and math.isinf(ratings["p"].hi)
+    assert ratings["p"].elo > ratings["q"].elo
+    assert ratings["new"].games == 0 and math.isinf(ratings["new"].hi)
+    with pytest.raises(ValueError, match="outside 0..1"):
+        fit([Result("p", "q", 2.0)], {})
+    with pytest.raises(ValueError, match="cannot play itself"):
+        fit([Result("p", "p", 1.0)], {})
+
+
+def run_entrants(true: dict[str, float]) -> list[Entrant]:
+    out = [Entrant(RANDOM, RANDOM)]
+    for i, n in enumerate(k for k in true if k != RANDOM and not k.startswith("gtp")):
+        out.append(Entrant(n, f"checkpoint:{n}", "run", (i + 1) * 100, i * 0.5, i * 1000))
+    out += [Entrant(k, k) for k in true if k.startswith("gtp")]
+    return out
+
+
+def test_adaptive_pairing_on_simulated_players_recovers_their_order() -> None:
+    """The ladder's own loop (fit, choose the pair, play) on simulated checkpoints that grow
+    stronger with time and a strong anchor: 400 games recover every rating inside its
+    interval (here, for this seed) and put the anchor between the checkpoints it lies
+    between; close pairs get more games than lopsided ones."""
+    rng = np.random.default_rng(3)
+    true = {RANDOM: 0.0, "run@1": 100.0, "run@2": 300.0, "run@3": 500.0, "run@4": 900.0,
+            "gtp:strong": 700.0}  # fmt: skip
+    entrants = run_entrants(true)
+    games: list[dict[str, object]] = []
+    counts: dict[tuple[str, str], int] = {}
+    ratings: dict[str, Rating] = {}
+    for _ in range(400):
+        ratings = fit(results_of(games), {RANDOM: 0.0}, players=true)  # type: ignore[arg-type]
+        pair = next_pair(entrants, ratings, counts)
+        assert pair is not None
+        k = counts.get(pair, 0)
+        black, white = pair if k % 2 == 0 else pair[::-1]
+        s = simulate(rng, true, black, white)
+        winner = None if s == 0.5 else (0 if s == 1.0 else 1)
+        games.append({"black": black, "white": white, "winner": winner, "reason": "score"})
+        counts[pair] = k + 1
+    ratings = fit(results_of(games), {RANDOM: 0.0})  # type: ignore[arg-type]
+    for n, elo in true.items():
+        assert ratings[n].lo <= elo <= ratings[n].hi, (n, ratings[n])
+    assert ratings["run@3"].elo < ratings["gtp:strong"].elo < ratings["run@4"].elo
+    assert counts[pair_of("run@4", RANDOM)] < counts[pair_of("run@3", "run@4")]
+    # colours alternate within a pair
+    blacks = [g["black"] for g in games if {g["black"], g["white"]} == {"run@3", "run@4"}]
+    assert blacks[:4] == ["run@3", "run@4", "run@3", "run@4"]
+
+
+def test_pairs_are_neighbours_in_time_anchors_and_other_runs() -> None:
+    a = [Entrant(f"a@{s}", "x", "a", s, s / 10, s) for s in (100, 200, 300)]
+    b = [Entrant("b@150", "x", "b", 150, 14.9, 1), Entrant("b@900", "x", "b", 900, 90, 1)]
+    pairs = candidate_pairs([*a, *b, Entrant(RANDOM, RANDOM)])
+    assert pair_of("a@100", "a@200") in pairs and pair_of("a@200", "a@300") in pairs
+    assert pair_of("a@100", "a@300") not in pairs  # not neighbours
+    assert pair_of("a@100", "b@150") in pairs and pair_of("a@300", "b@150") in pairs
+    assert pair_of("a@200", "b@900") not in pairs  # b@150 is nearer in time to a@200
+    assert pair_of("a@300", "b@900") in pairs  # and a@300 is the nearest to b@900
+    assert all(pair_of(e.name, RANDOM) in pairs for e in [*a, *b])
+    # a checkpoint that never played is played first
+    counts = {p: 3 for p in pairs if "b@900" not in p}
+    assert "b@900" in next_pair([*a, *b, Entrant(RANDOM, RANDOM)], {}, counts)  # type: ignore[operator]
+    assert game_seed(0, ("a", "b"), 1) == game_seed(0, ("a", "b"), 1) != game_seed(0, ("a", "b"), 2)
+
+
+def record(pair: tuple[str, str], k: int) -> dict[str, object]:
+    return {"pair": list(pair), "k": k, "black": pair[k % 2], "white": pair[1 - k % 2],
+            "winner": 0, "reason": "score"}  # fmt: skip
+
+
+def test_the_store_cuts_a_torn_line_refuses_gaps_and_a_second_writer(tmp_path: Path) -> None:
+    path = tmp_path / "games.jsonl"
+    store = Store(path)
+    store.append(record(("a", "b"), 0))
+    with pytest.raises(AzserveError, match="another ladder is writing"):
+        Store(path)
+    store.close()
+    with open(path, "ab") as f:
+        f.write(b'{"pair": ["a", "b"], "k": 1, "bla')  # killed mid-write
+    store = Store(path)
+    assert store.next_k(("a", "b")) == 1 and len(store.games) == 1
+    store.append(record(("a", "b"), 1))
+    store.close()
+    assert [json.loads(x)["k"] for x in path.read_text().splitlines()] == [0, 1]
+    path.write_text(
+        json.dumps(record(("a", "b"), 0)) + "\n" + json.dumps(record(("a", "b"), 2)) + "\n"
+    )
+    with pytest.raises(AzserveError, match=r"games.jsonl:2: game 2 of a v b out of order"):
+        Store(path)
+    path.write_text("not json\n")
+    with pytest.raises(AzserveError, match=r"games.jsonl:1: not a game record"):
+        Store(path)
+
+
+def tiny_run(directory: Path, steps: tuple[int, ...]) -> Path:
+    """A run directory of tiny random-weights Go 9x9 checkpoints (1 block, 8 channels) with
+    metrics rows placing each step in time."""
+    cfg = load_config(
+        REPO / "configs" / "go9.toml", ["net.blocks=1", "net.channels=8", "eval.sims=2"]
+    )
+    t0 = 1_700_000_000.0
+    rows = []
+    for i, step in enumerate(steps):
+        trainer = Trainer(replace(cfg.net, seed=i), replace(cfg.trainer, device="cpu"))
+        save_checkpoint(directory / "checkpoints", step, i, trainer.state_dict(), to_dict(cfg),
+                        keep_last=100)  # fmt: skip
+        rows.append({"time": t0 + 1800 * (i + 1), "step": step, "positions": 1000 * step})
+    rows.insert(0, {"time": t0, "step": 0, "positions": 0})
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return directory
+
+
+def test_checkpoints_know_their_place_in_the_run(tmp_path: Path) -> None:
+    run = tiny_run(tmp_path / "r", (10, 20, 30, 40, 50))
+    got = checkpoints_of(run, "r", limit=3)
+    assert [e.step for e in got] == [10, 30, 50]
+    assert [e.hours for e in got] == [0.5, 1.5, 2.5]
+    assert [e.positions for e in got] == [10_000, 30_000, 50_000]
+    with pytest.raises(AzserveError, match="no checkpoint"):
+        checkpoints_of(tmp_path, "empty")
+
+
+def lines(path: Path) -> list[dict[str, object]]:
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.endswith("}")]
+
+
+@pytest.mark.timeout(300)
+def test_the_real_command_resumes_after_kill_9_without_losing_or_repeating(tmp_path: Path) -> None:
+    """``azserve ladder`` on two tiny Go checkpoints and random play: killed with SIGKILL as
+    soon as its first game is stored (the second under way), a second invocation continues
+    the same file: every (pair, game number) once, numbers without gaps, colours alternating,
+    and a replayed game (same pair, number and seed) gives the same moves."""
+    run = tiny_run(tmp_path / "run", (40, 80))
+    out = tmp_path / "ladder"
+    argv = azserve_cmd("ladder", str(run), "--anchor", "random", "--out", str(out), "--sims", "2")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    log = tmp_path / "first.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([*argv, "--games", "50"], stdout=subprocess.DEVNULL,
+                                stderr=err, env=env)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while len(lines(out / "games.jsonl")) < 1 and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    first = lines(out / "games.jsonl")
+    assert len(first) >= 1
+    done = subprocess.run([*argv, "--games", "6"], capture_output=True, text=True, env=env,
+                          timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    games = lines(out / "games.jsonl")
+    assert len(games) == len(first) + 6
+    assert games[: len(first)] == first  # nothing rewritten
+    by_pair: dict[tuple[str, str], list[dict[str, object]]] = {}
+    for g in games:
+        by_pair.setdefault(tuple(g["pair"]), []).append(g)  # type: ignore[arg-type]
+    for pair, gs in by_pair.items():
+        assert [g["k"] for g in gs] == list(range(len(gs))), pair
+        assert [g["black"] for g in gs] == [pair[k % 2] for k in range(len(gs))]
+    names = {n for g in games for n in (g["black"], g["white"])}
+    assert names <= {"run@40", "run@80", RANDOM}
+    g = games[-1]
+    assert set(g["players"]) == {g["black"], g["white"]}  # type: ignore[arg-type]
+    assert (out / "ratings.json").exists() and (out / "ladder.png").stat().st_size > 0
+    assert len(list((out / "games").glob("*.sgf"))) == len(games)
+    # the table: every player, random fixed
+    assert "random" in done.stdout and "fixed" in done.stdout and "run@80" in done.stdout
+    # replaying a stored game from its seed gives the same moves
+    replay = tmp_path / "replay"
+    pair = tuple(games[0]["pair"])  # type: ignore[arg-type]
+    redo = subprocess.run([*argv[:-4], "--out", str(replay), "--sims", "2", "--games", "1"],
+                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert redo.returncode == 0, redo.stderr
+    again = lines(replay / "games.jsonl")[0]
+    assert tuple(again["pair"]) == pair and again["k"] == 0
+    assert again["moves"] == games[0]["moves"] and again["seed"] == games[0]["seed"]
