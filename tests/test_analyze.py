@@ -218,7 +218,9 @@ def test_plain_weights_need_a_game_or_config(tmp_path: Path) -> None:
     atomic_write_bytes(path, state_dict_to_bytes(build_net(cfg.net, seed=1).state_dict()))
     with pytest.raises(ConfigError, match="carries no config"):
         agent_from_checkpoint(str(path))
-    got, agent = agent_from_checkpoint(str(path), game="connect4")
+    got, agent = agent_from_checkpoint(
+        str(path), overrides=["backend.compile=none"], game="connect4"
+    )
     assert got.game == "connect4" and agent.game.name == "connect4"
     (row,) = analyze_lines(
         ['{"id": "c", "game": "connect4", "moves": [3, 3, 3]}'], agent, "connect4", 8
@@ -255,3 +257,34 @@ def test_analyze_subprocess(checkpoint: Path) -> None:
         check_policy(row, moves)
         assert sum(row["visits"]) == 200
     assert out[3]["move"] == 2
+
+
+def test_a_checkpoint_is_evaluated_on_its_configs_compiled_backend(tmp_path: Path) -> None:
+    """``backend.*`` of the checkpoint's config is honoured in-process as by the server: a
+    Go net whose config compiles (inductor, one bucket) runs on the compiled graph, in the
+    plan's dtype, and agrees with eager fp32 on the same weights; two agents of that net
+    share the backend (one compile), each its own version; closing one leaves the other."""
+    cfg = load_config(
+        REPO / "configs" / "go9.toml",
+        ["net.blocks=1", "net.channels=8", "backend.compile=inductor", "backend.batch_buckets=[8]"],
+    )
+    trainer = Trainer(replace(cfg.net, seed=5), replace(cfg.trainer, device="cpu"))
+    path = save_checkpoint(tmp_path, 10, 1, trainer.state_dict(), to_dict(cfg))
+    _, compiled = agent_from_checkpoint(str(path))
+    _, second = agent_from_checkpoint(str(path))
+    plan = compiled.served.backend.status()
+    assert plan["compile"] == "inductor" and plan["buckets"] == [8]
+    assert second.served is compiled.served
+    assert second.evaluator.version != compiled.evaluator.version
+    go = make_game("go9")
+    eager = Agent(go, cfg.net, trainer.state_dict()["model"], compiled.mcts_cfg)
+    assert eager.served is not compiled.served
+    states = [go.initial_state(), go.apply(go.initial_state(), 40)]
+    p_compiled, v_compiled = compiled.policy_value(states)
+    p_eager, v_eager = eager.policy_value(states)
+    tol = 0.02 if plan["dtype"] == "bfloat16" else 1e-4
+    np.testing.assert_allclose(p_compiled, p_eager, atol=tol)
+    np.testing.assert_allclose(v_compiled, v_eager, atol=tol)
+    compiled.close()
+    (a,) = second.analyze_sync(states[:1], 16)  # the shared backend still serves the other
+    assert a.visits is not None and a.visits.sum() == 16

@@ -119,7 +119,9 @@ def fake_run(run_dir: Path, cfg, count: int) -> None:  # type: ignore[no-untyped
 def test_checkpoints_scored_once_then_redrawn(tmp_path: Path) -> None:
     # Connect Four's benchmark cut to 30 positions keeps the real scoring quick.
     c4 = REPO / "configs" / "connect4.toml"
-    cfg = load_config(c4, ["eval.sims=2", "eval.match_games=2", "eval.c4_limit=30"])
+    cfg = load_config(
+        c4, ["eval.sims=2", "eval.match_games=2", "eval.c4_limit=30", "backend.compile=none"]
+    )
     run_dir = tmp_path / "c4"
     fake_run(run_dir, cfg, 2)
     assert score_checkpoints(cfg, run_dir) == 2
@@ -199,7 +201,7 @@ def test_compare_from_the_command_line_takes_names_and_files(tmp_path: Path) -> 
     for label, path in (("tictactoe", TTT), ("tictactoe-gumbel", TTT_GUMBEL)):
         fake_run(tmp_path / label, load_config(path, sets), 1)
     argv = ["compare", "--config", "tictactoe", "--config", str(TTT_GUMBEL), "--minutes", "1"]
-    argv += ["--run-dir", str(tmp_path), "--no-progress"]
+    argv += ["--run-dir", str(tmp_path), "--no-progress", "--ladder-games", "0"]
     for s in sets:
         argv += ["--set", s]
     assert main(argv) == 0
@@ -210,7 +212,9 @@ def test_compare_from_the_command_line_takes_names_and_files(tmp_path: Path) -> 
 
 def test_compare_no_score_draws_finished_runs_as_they_are(tmp_path: Path) -> None:
     """``--no-score``: two finished runs (linked in under their labels) are drawn from their
-    own evaluations; their kept checkpoints are not scored with MCTS."""
+    own evaluations; their kept checkpoints are not scored with MCTS. Their checkpoints play
+    on one ladder (random at 0): Elo against time in ladder.png, each candidate's newest
+    rating in compare.json; a rerun adds the games asked for to the same ladder."""
     from azserve.app.cli import main
 
     for label in ("a", "b"):
@@ -221,12 +225,22 @@ def test_compare_no_score_draws_finished_runs_as_they_are(tmp_path: Path) -> Non
         (out / label).symlink_to(tmp_path / "runs" / label)
     argv = ["compare", "--config", str(TTT), "--label", "a", "--config", str(TTT), "--label", "b"]
     argv += ["--minutes", "1", "--run-dir", str(out), "--no-progress", "--no-score"]
+    argv += ["--ladder-games", "8", "--set", "eval.sims=2"]
     assert main(argv) == 0
     assert not (tmp_path / "runs" / "a" / "curve.jsonl").exists()  # nothing scored
     figures = json.loads((out / "compare.json").read_text())
     assert sorted(figures) == ["a", "b"]
     assert all(f["learner_steps"] == 20 and "mcts_step" not in f for f in figures.values())
     assert (out / "curves.png").is_file()
+    assert (out / "ladder.png").is_file()
+    assert all(f["elo"]["step"] == 20 and f["elo"]["lo"] <= f["elo"]["elo"] <= f["elo"]["hi"]
+               for f in figures.values())  # fmt: skip
+    games = (out / "ladder" / "games.jsonl").read_text().splitlines()
+    assert len(games) == 8
+    players = {n for g in map(json.loads, games) for n in (g["black"], g["white"])}
+    assert players <= {"a@10", "a@20", "b@10", "b@20", "random"} and len(players) >= 3
+    assert main(argv) == 0
+    assert len((out / "ladder" / "games.jsonl").read_text().splitlines()) == 16
 
 
 def test_compare_trains_unfinished_candidates_afresh_and_stops_on_a_config_error(

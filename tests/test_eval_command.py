@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def checkpoint(directory: Path, game: str) -> Path:
     """A learner checkpoint (step 40, version 5) of a one-block net of ``game``."""
-    cfg = load_config(REPO / "configs" / f"{game}.toml", ["net.blocks=1", "net.channels=8"])
+    cfg = load_config(REPO / "configs" / f"{game}.toml", ["net.blocks=1", "net.channels=8", "backend.compile=none"])
     trainer = Trainer(replace(cfg.net, seed=3), replace(cfg.trainer, device="cpu"))
     return save_checkpoint(directory / "checkpoints", 40, 5, trainer.state_dict(), to_dict(cfg))
 
@@ -99,7 +99,7 @@ def test_the_real_command_prints_json(tmp_path: Path) -> None:
     p = subprocess.run(azserve_cmd(*argv), capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["connect4"]["positions"] == 20
-    assert p.stderr.startswith("azserve eval: connect4, 0 sims")
+    assert "\nazserve eval: connect4, 0 sims" in "\n" + p.stderr  # after the backend's log lines
 
 
 @pytest.mark.slow

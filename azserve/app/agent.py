@@ -1,17 +1,24 @@
-"""A trained agent in-process: network + MCTS, for analysis, play and evaluation.
+"""A trained agent in-process: network + MCTS, for analysis, play, matches and the ladder.
 
-``LocalEvaluator`` gives MCTS the same coalescing the EvalClient gives actors, without a
-server: every leaf pending in one event-loop tick goes through the network in one batch, so
-thousands of concurrent searches run at batched speed.
+The network runs on the same ``Backend`` as the inference server (``backend.*`` of the
+checkpoint's config: compiled, bf16 where the hardware has it natively, the same batch
+buckets), so evaluation runs at self-play's speed, and a new backend serves both.
+``BatchedEvaluator`` gives MCTS the coalescing the EvalClient gives actors, without a
+server: every leaf pending in one event-loop tick goes to the backend in one batch, so
+thousands of concurrent searches run at batched speed. ``ServedNet`` keeps one started
+backend per net shape and backend config in a process; each agent's weights are a version on
+it, so its compiled graphs are made once and shared, as the server shares them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import threading
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -21,23 +28,78 @@ from actors.search import MCTSConfig, make_search
 from azserve.app.config import apply_overrides, from_dict
 from azserve.app.presets import resolve_config
 from azserve.app.schema import Config, load_config
+from azserve.backends import make_backend
+from azserve.backends.base import Backend, BackendConfig
 from azserve.batching import TickCoalescer
 from azserve.errors import ConfigError, WeightsError
 from azserve.model.network import build_net
 from azserve.model.spec import NetConfig
-from azserve.model.weights import load_strict, load_weights_file
+from azserve.model.weights import load_strict, load_weights_file, state_dict_to_bytes
 from learner.checkpoint import load_checkpoint
 
+T = TypeVar("T")
 
-class LocalEvaluator:
-    """``await evaluate(obs [C,H,W] uint8) -> (logits [A], value)`` batched per loop tick."""
+EAGER = BackendConfig(kind="torch", device="cpu", compile="none", dtype="float32", threads=0)
+"""The backend of an Agent built without one (tests, tiny nets): eager fp32 on the CPU with
+torch's own thread count."""
 
-    def __init__(self, model: torch.nn.Module, max_batch: int = 1024) -> None:
-        self.model = model.eval()
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to its end from synchronous code: on a fresh event loop, or on a
+    helper thread's when this thread already runs one."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1, thread_name_prefix="azserve-run-sync") as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+class ServedNet:
+    """A started ``Backend`` for one net shape and backend config, shared by every agent of
+    this process that has them; each agent's weights are a version on it."""
+
+    _all: ClassVar[dict[tuple[NetConfig, BackendConfig], ServedNet]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, net: NetConfig, cfg: BackendConfig) -> None:
+        self.backend: Backend = make_backend(net, cfg)
+        run_sync(self.backend.start())
+        self._next = 0
+        self._versions_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, net: NetConfig, cfg: BackendConfig) -> ServedNet:
+        with cls._lock:
+            key = (net, cfg)
+            if key not in cls._all:
+                cls._all[key] = ServedNet(net, cfg)
+            return cls._all[key]
+
+    def load(self, state: dict[str, torch.Tensor]) -> int:
+        """A new version serving ``state`` (the first compiles the backend's graphs)."""
+        with self._versions_lock:
+            version = self._next
+            self._next += 1
+        run_sync(self.backend.load(version, state_dict_to_bytes(state)))
+        return version
+
+    def unload(self, version: int) -> None:
+        run_sync(self.backend.unload(version))
+
+
+class BatchedEvaluator:
+    """``await evaluate(obs [C,H,W] uint8) -> (logits [A], value)``, batched per loop tick
+    and run on a ``ServedNet``'s backend as one version."""
+
+    def __init__(self, net: ServedNet, version: int, max_batch: int = 1024) -> None:
+        self.net = net
+        self.version = version
         self.max_batch = max_batch
         self._tick: TickCoalescer[None, tuple[np.ndarray, asyncio.Future[Any]]] = TickCoalescer(
             self._flush
         )
+        self._tasks: set[asyncio.Task[None]] = set()
         self.evaluations = 0
 
     def __call__(self, obs: np.ndarray) -> asyncio.Future[Any]:
@@ -48,18 +110,30 @@ class LocalEvaluator:
     def _flush(self, groups: dict[None, list[tuple[np.ndarray, asyncio.Future[Any]]]]) -> None:
         pending = groups[None]
         for i in range(0, len(pending), self.max_batch):
-            chunk = pending[i : i + self.max_batch]
-            logits, values = self.infer(np.stack([o for o, _ in chunk]))
-            for (_, fut), lg, v in zip(chunk, logits, values):
-                if not fut.done():
-                    fut.set_result((lg, float(v)))
+            task = asyncio.ensure_future(self._run(pending[i : i + self.max_batch]))
+            self._tasks.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self._tasks.discard)
 
-    def infer(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    async def _run(self, chunk: list[tuple[np.ndarray, asyncio.Future[Any]]]) -> None:
+        try:
+            logits, values = await self.infer_async(np.stack([o for o, _ in chunk]))
+        except Exception as exc:  # every waiting search hears of it
+            for _, fut in chunk:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        for (_, fut), lg, v in zip(chunk, logits, values):
+            if not fut.done():
+                fut.set_result((lg, float(v)))
+
+    async def infer_async(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """obs uint8 ``[B,C,H,W]`` -> (logits ``[B,A]``, values ``[B]``)."""
         self.evaluations += len(obs)
-        with torch.inference_mode():
-            logits, values = self.model(torch.from_numpy(np.ascontiguousarray(obs)).float())
-        return logits.numpy(), values.numpy()
+        return await self.net.backend.infer(self.version, np.ascontiguousarray(obs))
+
+    def infer(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``infer_async`` from synchronous code."""
+        return run_sync(self.infer_async(obs))
 
 
 @dataclass(frozen=True)
@@ -83,12 +157,18 @@ class Agent:
         state: dict[str, torch.Tensor] | None,
         mcts: MCTSConfig,
         seed: int = 0,
+        backend: BackendConfig | None = None,
     ) -> None:
+        """``state`` None: the net's seeded initial weights. ``backend`` None: eager fp32
+        (``EAGER``); a checkpoint's agent (``agent_from_checkpoint``) runs on its config's."""
         self.game = game
-        model = build_net(net, seed=seed)
-        if state is not None:
-            load_strict(model, state, "checkpoint weights")
-        self.evaluator = LocalEvaluator(model)
+        if state is None:
+            state = build_net(net, seed=seed).state_dict()
+        else:
+            check = build_net(net, seed=seed)  # the weights must fit the net, named as such
+            load_strict(check, state, "checkpoint weights")
+        self.served = ServedNet.shared(net, backend or EAGER)
+        self.evaluator = BatchedEvaluator(self.served, self.served.load(state))
         # Analysis is deterministic: no noise, no temperature, no resignation; every search
         # is a full one (playout caps are a self-play setting).
         self.mcts_cfg = replace(
@@ -101,11 +181,18 @@ class Agent:
         )
         self.seed = seed
 
+    def close(self) -> None:
+        """Release this agent's weights on the shared backend."""
+        self.served.unload(self.evaluator.version)
+
     def policy_value(self, states: list[State]) -> tuple[np.ndarray, np.ndarray]:
         """Raw network: masked-softmax policy ``[N,A]`` and values ``[N]`` for the side to move."""
+        return run_sync(self.policy_value_async(states))
+
+    async def policy_value_async(self, states: list[State]) -> tuple[np.ndarray, np.ndarray]:
         if not states:
             return np.zeros((0, self.game.num_actions), np.float32), np.zeros(0, np.float32)
-        logits, values = self.evaluator.infer(self.game.encode_batch(states))
+        logits, values = await self.evaluator.infer_async(self.game.encode_batch(states))
         masks = np.stack([self.game.legal_mask(s) for s in states])
         logits = np.where(masks, logits, -np.inf)
         logits = logits - logits.max(axis=1, keepdims=True)
@@ -114,7 +201,7 @@ class Agent:
 
     async def analyze(self, states: list[State], sims: int) -> list[Analysis]:
         """Analyse many positions at once (their searches share batches)."""
-        policy, values = self.policy_value(states)
+        policy, values = await self.policy_value_async(states)
         if sims <= 0:
             return [Analysis(p, float(v), int(np.argmax(p)), None) for p, v in zip(policy, values)]
         # PUCT whatever self-play used: analysis reads the root's visit counts.
@@ -135,7 +222,7 @@ class Agent:
         return out
 
     def analyze_sync(self, states: list[State], sims: int) -> list[Analysis]:
-        return asyncio.run(self.analyze(states, sims))
+        return run_sync(self.analyze(states, sims))
 
 
 def agent_from_checkpoint(
@@ -162,7 +249,7 @@ def agent_from_checkpoint(
     if game is not None and game != cfg.game:
         raise ConfigError(f"--game {game}: the checkpoint plays {cfg.game}")
     state = load_weights_file(path)
-    return cfg, Agent(make_game(cfg.game), cfg.net, state, analysis_mcts(cfg))
+    return cfg, Agent(make_game(cfg.game), cfg.net, state, analysis_mcts(cfg), backend=cfg.backend)
 
 
 def analysis_mcts(cfg: Config) -> MCTSConfig:

@@ -116,6 +116,13 @@ def register(sub: Any, common: Common) -> None:
         help="do not score kept checkpoints with MCTS: draw only the runs' own evaluations "
         "(e.g. finished runs linked into RUN_DIR under their labels)",
     )
+    p.add_argument(
+        "--ladder-games",
+        type=int_in(0, 1_000_000),
+        default=60,
+        help="games on the candidates' shared rating ladder (RUN_DIR/ladder, random at 0 Elo): "
+        "Elo against time in ladder.png, for every game; a rerun adds as many (0: none)",
+    )
     p.set_defaults(run=_compare)
 
     p = sub.add_parser("analyze", help="JSON-lines analysis engine (stdin -> stdout)")

@@ -64,11 +64,15 @@ def run_comparison(
     keep_every: int | None = None,
     progress: bool = False,
     score: bool = True,
+    ladder_games: int = 0,
 ) -> dict[str, Any]:
     """Train each candidate for ``minutes``, score its kept checkpoints (unless not
     ``score``: then only the evaluations the runs made themselves are drawn), draw the curves;
     returns (and writes as ``compare.json``) the figures per candidate. ``keep_every``
-    overrides ``checkpoint.keep_every``: how densely the MCTS curve is sampled."""
+    overrides ``checkpoint.keep_every``: how densely the MCTS curve is sampled.
+    ``ladder_games`` > 0: that many more games on the candidates' shared ladder
+    (``RUN_DIR/ladder``, random play at 0 Elo), drawn as Elo against time in ``ladder.png``,
+    every game included: the curve of games without benchmark positions (Go, Othello)."""
     # The supervisor pulls in the process tree: imported only when something is trained.
     from azserve.app.train import CONFIG_ERROR_EXIT, run_training
 
@@ -98,6 +102,9 @@ def run_comparison(
             print(f"compare: {c.label}: {scored} checkpoints scored with MCTS", flush=True)
     runs = {c.label: read_run(out_dir / c.label) for c in candidates}
     figures = {c.label: summarize(runs[c.label], out_dir / c.label) for c in candidates}
+    if ladder_games > 0:
+        for label, rating in rate(candidates, out_dir, ladder_games).items():
+            figures[label]["elo"] = rating
     (out_dir / "compare.json").write_text(json.dumps(figures, indent=1) + "\n")
     for label, points in runs.items():
         if not points:
@@ -114,6 +121,38 @@ def run_comparison(
         image = draw_curves(runs, out_dir / "curves.png", title)
         print(f"compare: curves in {image}, figures in {out_dir / 'compare.json'}", flush=True)
     return figures
+
+
+def rate(candidates: list[Candidate], out_dir: Path, games: int) -> dict[str, dict[str, Any]]:
+    """``games`` more games on the candidates' ladder; each candidate's newest checkpoint's
+    rating (``elo``, ``lo``, ``hi``, ``step``, ``hours``)."""
+    from azserve.app.ladder import draw_ladder, ratings_json, run_ladder, table
+
+    dirs = [out_dir / c.label for c in candidates]
+    have = [c for c, d in zip(candidates, dirs) if list_checkpoints(d / c.config.checkpoint.dir)]
+    if not have:
+        return {}
+    ladder_dir = out_dir / "ladder"
+    report = run_ladder(
+        [str(out_dir / c.label) for c in have],
+        ["random"],
+        ladder_dir,
+        games,
+        configs=[c.config for c in have],
+    )
+    (ladder_dir / "ratings.json").write_text(json.dumps(ratings_json(report), indent=1) + "\n")
+    title = f"{candidates[0].config.game}: Elo against training, random = 0"
+    image = draw_ladder(report, out_dir / "ladder.png", title)
+    print(table(report), flush=True)
+    print(f"compare: ratings against time in {image}", flush=True)
+    newest: dict[str, dict[str, Any]] = {}
+    for e in report.entrants:
+        r = report.ratings.get(e.name)
+        if e.run is None or r is None or r.games == 0:
+            continue
+        if e.run not in newest or (e.step or 0) > newest[e.run]["step"]:
+            newest[e.run] = {"elo": r.elo, "lo": r.lo, "hi": r.hi, "step": e.step, "hours": e.hours}
+    return newest
 
 
 def finished(run_dir: Path) -> bool:
@@ -269,6 +308,7 @@ def run_compare(args: Any) -> int:
         args.keep_every,
         not args.no_progress,
         score=not args.no_score,
+        ladder_games=args.ladder_games,
     )
     print(format_table(figures), flush=True)
     return 0

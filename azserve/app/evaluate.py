@@ -146,12 +146,22 @@ def evaluate_checkpoint(
     game = make_game(cfg.game)
     # Read both files now: during a run, retention may delete ``previous`` (the oldest kept)
     # while the benchmark below computes.
-    agent = Agent(game, cfg.net, load_weights_file(path), analysis_mcts(cfg))
-    earlier = (
-        None
-        if previous is None
-        else Agent(game, cfg.net, load_weights_file(previous), analysis_mcts(cfg))
-    )
+    # Both on the serving path of the run's backend (compiled once per process, each a version).
+    weights = load_weights_file(path)
+    earlier_weights = None if previous is None else load_weights_file(previous)
+    agent = Agent(game, cfg.net, weights, analysis_mcts(cfg), backend=cfg.backend)
+    earlier = None
+    try:
+        if earlier_weights is not None:
+            earlier = Agent(game, cfg.net, earlier_weights, analysis_mcts(cfg), backend=cfg.backend)
+        return _scores(cfg, agent, earlier, full)
+    finally:
+        agent.close()
+        if earlier is not None:
+            earlier.close()
+
+
+def _scores(cfg: Config, agent: Agent, earlier: Agent | None, full: bool) -> dict[str, Any]:
     sims = cfg.eval.sims if full else 0
     out: dict[str, Any] = {}
     if cfg.game == "tictactoe":

@@ -43,6 +43,7 @@ from actors.games import Game
 from azserve.app.players import AgentPlayer, Player, PlayerError, make_player, parse_spec
 from azserve.app.ratings import Rating, Result, expected_score, fit
 from azserve.app.referee import GameRecord, play_game, sgf
+from azserve.app.schema import Config
 from azserve.errors import AzserveError, ConfigError
 
 RANDOM = "random"
@@ -83,17 +84,19 @@ def run_label(run_dir: str | Path, taken: Iterable[str] = ()) -> str:
     return label
 
 
-def checkpoints_of(run_dir: str | Path, label: str, limit: int = 0) -> list[Entrant]:
-    """The checkpoints of a run directory (``RUN/checkpoints/``, or a directory of checkpoint
-    files), oldest first, with their place in the run. ``limit`` > 0 keeps that many, evenly
+def checkpoints_of(
+    run_dir: str | Path, label: str, limit: int = 0, subdir: str = "checkpoints"
+) -> list[Entrant]:
+    """The checkpoints of a run directory (``RUN/checkpoints/`` or another ``subdir``, or a
+    directory of checkpoint files), oldest first, with their place in the run. ``limit`` > 0 keeps that many, evenly
     spaced, the first and the newest always among them."""
     from azserve.app.curves import Timeline
     from learner.checkpoint import list_checkpoints
 
     d = Path(run_dir)
-    found = list_checkpoints(d / "checkpoints") or list_checkpoints(d)
+    found = list_checkpoints(d / subdir) or list_checkpoints(d)
     if not found:
-        raise AzserveError(f"no checkpoint (ckpt-*.safetensors) in {d} or {d / 'checkpoints'}")
+        raise AzserveError(f"no checkpoint (ckpt-*.safetensors) in {d} or {d / subdir}")
     if limit > 0 and len(found) > limit:
         picks = sorted({round(i * (len(found) - 1) / (limit - 1)) for i in range(limit)})
         found = [found[i] for i in picks] if limit > 1 else [found[-1]]
@@ -293,11 +296,21 @@ def _guesses(entrants: Sequence[Entrant], ratings: dict[str, Rating]) -> dict[st
 
 
 class Roster:
-    """Builds each game's players: checkpoints' agents cached (a few at a time), GTP engines
-    kept running between games (restarted after a failure)."""
+    """Builds each game's players: checkpoints' agents cached (a few at a time, each a version
+    on one shared, compiled backend: ``azserve.app.agent.ServedNet``), GTP engines kept
+    running between games (restarted after a failure)."""
 
-    def __init__(self, game: Game, sims: int, sample_moves: int, log_dir: Path) -> None:
+    def __init__(
+        self,
+        game: Game,
+        sims: int,
+        sample_moves: int,
+        log_dir: Path,
+        configs: dict[str, Config] | None = None,
+    ) -> None:
         self.game = game
+        self.configs = configs or {}
+        """Checkpoint path -> its run's config, for checkpoints that carry none."""
         self.sims = sims
         self.sample_moves = sample_moves
         self.log_dir = log_dir
@@ -305,13 +318,19 @@ class Roster:
         self._engines: dict[str, Player] = {}
 
     def agent(self, path: str) -> Any:
-        from azserve.app.agent import agent_from_checkpoint
+        from azserve.app.agent import Agent, agent_from_checkpoint, analysis_mcts
+        from azserve.model.weights import load_weights_file
 
         if path not in self._agents:
-            _, agent = agent_from_checkpoint(path, None, (), self.game.name)
+            cfg = self.configs.get(path)
+            if cfg is None:
+                _, agent = agent_from_checkpoint(path, None, (), self.game.name)
+            else:
+                agent = Agent(self.game, cfg.net, load_weights_file(path), analysis_mcts(cfg),
+                              backend=cfg.backend)  # fmt: skip
             self._agents[path] = agent
             while len(self._agents) > 6:
-                self._agents.popitem(last=False)
+                self._agents.popitem(last=False)[1].close()  # its version off the backend
         self._agents.move_to_end(path)
         return self._agents[path]
 
@@ -333,6 +352,9 @@ class Roster:
             engine.close()
 
     def close(self) -> None:
+        for agent in self._agents.values():
+            agent.close()
+        self._agents.clear()
         for engine in self._engines.values():
             engine.close()
         self._engines.clear()
@@ -402,25 +424,33 @@ def run_ladder(
     seed: int = 0,
     max_checkpoints: int = 12,
     progress: IO[str] | None = sys.stderr,
+    configs: Sequence[Config] | None = None,
 ) -> LadderReport:
-    """Play up to ``games`` new games (and for at most ``minutes``, 0 = no limit), then fit."""
+    """Play up to ``games`` new games (and for at most ``minutes``, 0 = no limit), then fit.
+    ``configs``: each run's config (as ``azserve compare`` knows them), else each checkpoint's
+    own."""
     if not run_dirs:
         raise ConfigError("give at least one run directory")
     labels: list[str] = []
     entrants: list[Entrant] = []
-    for d in run_dirs:
+    by_path: dict[str, Config] = {}
+    for i, d in enumerate(run_dirs):
         label = run_label(d, labels)
         labels.append(label)
-        entrants += checkpoints_of(d, label, max_checkpoints)
+        subdir = configs[i].checkpoint.dir if configs is not None else "checkpoints"
+        found = checkpoints_of(d, label, max_checkpoints, subdir)
+        entrants += found
+        if configs is not None:
+            by_path.update((parse_spec(e.spec)[1], configs[i]) for e in found)
     entrants += [anchor_entrant(a) for a in anchors]
     by_name = {e.name: e for e in entrants}
     if len(by_name) < len(entrants):
         raise ConfigError("an anchor is given twice")
-    game, eval_sims = _game_of(entrants)
+    game, eval_sims = _game_of(entrants, configs)
     sims = eval_sims if sims is None else sims
     zero = fixed_player(anchors, entrants)
     store = Store(out / "games.jsonl")
-    roster = Roster(game, sims, sample_moves, out)
+    roster = Roster(game, sims, sample_moves, out, by_path)
     played = failures = 0
     deadline = time.monotonic() + minutes * 60 if minutes > 0 else math.inf
     try:
@@ -465,11 +495,16 @@ def run_ladder(
     return LadderReport(played, len(store.games), ratings, entrants, disputed)
 
 
-def _game_of(entrants: Sequence[Entrant]) -> tuple[Game, int]:
+def _game_of(entrants: Sequence[Entrant], configs: Sequence[Config] | None) -> tuple[Game, int]:
     """The game every checkpoint plays (one for all) and the first run's ``eval.sims``."""
     from actors.games import make_game
     from learner.checkpoint import load_checkpoint
 
+    if configs:
+        games = sorted({c.game for c in configs})
+        if len(games) != 1:
+            raise ConfigError(f"the runs play different games: {', '.join(games)}")
+        return make_game(games[0]), configs[0].eval.sims
     seen: dict[str, str] = {}
     sims = None
     for e in entrants:
