@@ -261,3 +261,25 @@ def test_the_real_command_resumes_after_kill_9_without_losing_or_repeating(tmp_p
     again = lines(replay / "games.jsonl")[0]
     assert tuple(again["pair"]) == pair and again["k"] == 0
     assert again["moves"] == games[0]["moves"] and again["seed"] == games[0]["seed"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_run_keeps_its_ladder_as_it_trains(tmp_path: Path) -> None:
+    """``[ladder]``: rounds of ``azserve ladder`` on the run while it trains, at low priority;
+    the summary carries the newest rated checkpoint's Elo with its interval."""
+    from tests.conftest import quick_train_argv
+
+    run = tmp_path / "run"
+    sets = ["ladder.games=4", "ladder.share=1.0", "ladder.sims=2", "checkpoint.keep_every=20"]
+    argv = [*quick_train_argv("tictactoe", run, *sets), "--minutes", "1.5"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=360)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["ladder_rounds"] >= 1, (run / "logs" / "ladder.log").read_text()[-2000:]
+    rating = summary["rating"]
+    assert rating["player"].startswith("run@") and rating["games"] >= 1
+    assert rating["lo"] <= rating["elo"] <= rating["hi"]
+    games = lines(run / "ladder" / "games.jsonl")
+    assert len(games) >= 4 and {g["game"] for g in games} == {"tictactoe"}
+    assert (run / "ladder" / "ladder.png").is_file()

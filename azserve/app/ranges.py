@@ -136,6 +136,10 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "eval.match_games": (0, INF),
     "eval.match_sims": (0, 1 << 20),
     "eval.c4_limit": (0, INF),
+    "ladder.games": (0, 1_000_000),
+    "ladder.share": (0.01, 1.0),
+    "ladder.sims": (0, 1 << 20),
+    "ladder.max_checkpoints": (1, 10_000),
 }
 
 

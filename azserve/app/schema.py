@@ -63,6 +63,37 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class LadderConfig:
+    """A rating ladder kept during ``azserve train`` (``azserve ladder`` on the run, in
+    ``RUN/ladder``): rounds of games between the run's kept checkpoints and the anchors, run
+    at low priority and within a share of the wall time, so that it does not starve
+    self-play. Keep checkpoints to rate with ``checkpoint.keep_every``."""
+
+    games: int = 0
+    """Games per round; 0 = no ladder during training."""
+    anchors: tuple[str, ...] = ("random",)
+    """Fixed opponents: ``random`` (0 Elo), ``gtp:CMD``, ``openspiel-mcts:SIMS``,
+    ``checkpoint:PATH``."""
+    share: float = 0.1
+    """Most of the wall time the ladder may run: after a round of t seconds, the next starts
+    t (1 - share) / share later (at 0.1, a round of 1 minute waits 9). Its process runs at
+    ``nice`` 10 with one torch thread."""
+    sims: int = 0
+    """Simulations a move for every checkpoint (0 = ``eval.sims``)."""
+    max_checkpoints: int = 12
+    """Checkpoints of the run on the ladder, evenly spaced, the newest among them."""
+
+    def __post_init__(self) -> None:
+        from azserve.app.players import parse_spec
+
+        for spec in self.anchors:
+            try:
+                parse_spec(spec)
+            except ConfigError as e:
+                raise ConfigError(f"ladder.anchors: {e}") from None
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """``azserve train``: the whole loop on one machine."""
 
@@ -109,6 +140,7 @@ class Config:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    ladder: LadderConfig = field(default_factory=LadderConfig)
 
     def __post_init__(self) -> None:
         game = game_of(self.game)

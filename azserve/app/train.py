@@ -22,6 +22,7 @@ from typing import Any
 
 from azserve.app.actor_lives import KILLED_IN_PLAY, actor_lives, killed_in_play
 from azserve.app.display import Display, Row, bar, human, pct, sig
+from azserve.app.ladder_rounds import LadderRounds, rating_text
 from azserve.app.schema import Config, replace, save_config
 from azserve.app.supervisor import Child, azserve_argv, child_env
 from azserve.auth import AuthConfig
@@ -129,6 +130,7 @@ class Training:
         self._tb: Any = None
         self._tb_lock = threading.Lock()
         self._server_status: dict[str, dict[str, Any]] = {}
+        self._ladder = LadderRounds(self.cfg, run_dir)
 
     def _resolve(self, cfg: Config) -> Config:
         """The config the supervisor works from (the learner's, where roles differ)."""
@@ -272,6 +274,15 @@ class Training:
                     "trajectories_undelivered": undelivered,
                     "duplicates_dropped": last.get("duplicates_dropped", 0),
                     "restarts": {c.name: c.restarts for c in self.children},
+                    **(
+                        {
+                            "rating": self._ladder.latest(),
+                            "ladder_rounds": self._ladder.rounds,
+                            "ladder_busy_s": round(self._ladder.busy_s, 1),
+                        }
+                        if self._ladder.enabled
+                        else {}
+                    ),
                 },
                 indent=1,
             )
@@ -368,9 +379,11 @@ class Training:
             if t.eval_every_s and now - last_eval >= t.eval_every_s:
                 last_eval = now
                 self._start_eval(full=False)
+            self._ladder.tick(now)
         return 0
 
     def _shutdown(self) -> None:
+        self._ladder.stop()
         by_name = {c.name: c for c in self.children}
         # Actors first: their finished games drain to the learner, which is still acking. Then
         # the learner (SIGINT: it finishes its step and writes a resumable checkpoint), then the
@@ -464,6 +477,11 @@ class Training:
                 Row(
                     "replay",
                     f"reuse {s.reuse:.1f}  policy lag {s.lag:.1f}  bottleneck: {s.bottleneck}",
+                ),
+                *(
+                    [Row("rating", rating_text(self._ladder.latest()))]
+                    if self._ladder.enabled
+                    else []
                 ),
                 *self._extra_rows(),
             ]
