@@ -28,7 +28,7 @@ def fake_run(run_dir: Path) -> None:
             {
                 "time": t, "step": step, "version": step // 40, "positions": 300 * i,
                 "loss": 2.0 - 0.05 * i, "policy_loss": 1.5 - 0.04 * i, "value_loss": 0.5,
-                "lr": 0.05, "mean_lag": 2.0, "reuse": 5.0, "sample_rate": 400.0,
+                "lr": 0.05 * (1 - i / 40), "mean_lag": 2.0, "bottleneck": "learner" if i % 4 else "inference", "reuse": 5.0, "sample_rate": 400.0,
                 "server_batch": 90.0, "inference_busy": 0.8, "learner_busy": 0.4,
             }
         )  # fmt: skip
@@ -69,6 +69,36 @@ def test_report_panels_axes_and_title(tmp_path: Path) -> None:
         plt.close(fig)
     out = write_report(tmp_path)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
+
+
+def test_panels_without_information_go_and_the_rating_and_bottleneck_come(tmp_path: Path) -> None:
+    """A constant learning rate and a score against random pinned at 1.0 draw no panel; a
+    ladder kept by the run draws its rating with intervals; the title names the bottleneck."""
+    fake_run(tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["lr"] = 0.02
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evals = [{"step": s, "vs_random": {"win": 20, "draw": 0, "loss": 0}} for s in (40, 80)]
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    (tmp_path / "ladder").mkdir()
+    players = [
+        {"player": "random", "elo": 0.0, "lo": 0.0, "hi": 0.0, "games": 9, "step": None},
+        {"player": "run@40", "elo": 120.0, "lo": 20.0, "hi": 220.0, "games": 5, "step": 40},
+        {"player": "run@80", "elo": 340.0, "lo": 200.0, "hi": 480.0, "games": 6, "step": 80},
+        {"player": "run@120", "elo": 0.0, "lo": None, "hi": None, "games": 0, "step": 120},
+    ]
+    (tmp_path / "ladder" / "ratings.json").write_text(json.dumps({"games": 10, "players": players}))
+    fig = build_figure(tmp_path)
+    try:
+        titles = {ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()}
+        assert "learning rate" not in titles and "evaluation" not in titles
+        (rating,) = [t for t in titles if t.startswith("rating")]
+        assert rating == "rating: 340 Elo (200..480) at step 80"
+        title = fig._suptitle.get_text()  # type: ignore[union-attr]
+        assert "bottleneck: learner in 75% of status rows, inference in 25%" in title
+    finally:
+        plt.close(fig)
 
 
 def test_gaps_only_where_the_run_stopped() -> None:

@@ -1,10 +1,14 @@
 """``report.png``: a run on one page, from its JSON-lines logs (``metrics.jsonl``,
 ``eval.jsonl``) and its ``config.toml``.
 
-Six panels, each with labelled axes and units: training loss, evaluation scores (the axis
-scaled to the data), throughput, learning rate, freshness (policy lag, reuse) and the
-inference server (batch, busy fractions). Time series break where the run was not running
-(a stop and a resume): a gap is drawn as a gap, not a straight line.
+Up to seven panels, each with labelled axes and units: training loss, evaluation scores (the
+axis scaled to the data), throughput, learning rate, freshness (policy lag, reuse), the
+inference server (batch, busy fractions) and, where the run keeps a ladder, its rating
+against learner steps with 95% intervals. A panel that would carry no information is left
+out: a constant learning rate, an evaluation whose every score is pinned at 1.0. The title
+names the run, its config and what bounded it (the ``bottleneck`` of its status rows). Time
+series break where the run was not running (a stop and a resume): a gap is drawn as a gap,
+not a straight line.
 """
 
 from __future__ import annotations
@@ -41,21 +45,79 @@ def build_figure(run_dir: Path) -> Figure:
     """The report's figure (``write_report`` saves it)."""
     rows = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
     evals = _read_jsonl(run_dir / "eval.jsonl")
-    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
-    fig.suptitle(_title(run_dir), fontsize=11)
-    a = axes.flat
-    _loss(next(a), rows)
-    _evaluation(next(a), evals)
-    _throughput(next(a), rows)
-    _learning_rate(next(a), rows)
-    _freshness(next(a), rows)
-    _inference(next(a), rows)
-    for ax in axes.flat:
+    series = informative(eval_series(evals))
+    lr = [y for y in _series(rows, "lr")[1] if not math.isnan(y)]
+    rating = _rating_points(run_dir / "ladder" / "ratings.json")
+    panels: list[Any] = [_loss]
+    if series or not evals:
+        panels.append(lambda ax, rows: _evaluation(ax, series))
+    panels.append(_throughput)
+    if len(set(lr)) > 1 or not lr:
+        panels.append(_learning_rate)
+    panels += [_freshness, _inference]
+    if rating:
+        panels.append(lambda ax, rows: _rating(ax, rating))
+    cols = math.ceil(len(panels) / 2)
+    fig, axes = plt.subplots(2, cols, figsize=(5.4 * cols, 8.5), squeeze=False)
+    fig.suptitle(_title(run_dir) + bottleneck_line(rows), fontsize=11)
+    for ax, draw in zip(axes.flat, panels):
+        draw(ax, rows)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:  # an empty legend only warns
             ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
     fig.tight_layout()
     return fig
+
+
+def bottleneck_line(rows: list[dict[str, Any]]) -> str:
+    """``\nbottleneck: inference in 78% of status rows, learner in 22%`` (empty without rows)."""
+    named = [r["bottleneck"] for r in rows if r.get("bottleneck")]
+    if not named:
+        return ""
+    counts: dict[str, int] = {}
+    for b in named:
+        counts[b] = counts.get(b, 0) + 1
+    parts = [
+        f"{b} in {n / len(named):.0%}" + (" of status rows" if i == 0 else "")
+        for i, (b, n) in enumerate(sorted(counts.items(), key=lambda kv: -kv[1]))
+    ]
+    return "\nbottleneck: " + ", ".join(parts)
+
+
+def informative(series: dict[str, list[tuple[int, float]]]) -> dict[str, list[tuple[int, float]]]:
+    """The evaluation series that say something: one pinned at 1.0 throughout (every game won
+    against random) is left out."""
+    return {k: pts for k, pts in series.items() if any(v != 1.0 for _, v in pts)}
+
+
+def _rating_points(path: Path) -> list[dict[str, Any]]:
+    """The rated checkpoints of the run's ladder (``RUN/ladder/ratings.json``), by step."""
+    try:
+        players = json.loads(path.read_text()).get("players", [])
+    except (OSError, ValueError):
+        return []
+    rated = [
+        p
+        for p in players
+        if p.get("step") is not None and p.get("games") and p.get("lo") is not None
+    ]
+    return sorted(rated, key=lambda p: p["step"])
+
+
+def _rating(ax: Any, points: list[dict[str, Any]]) -> None:
+    xs = [p["step"] for p in points]
+    ys = [p["elo"] for p in points]
+    err = [[p["elo"] - p["lo"] for p in points], [p["hi"] - p["elo"] for p in points]]
+    ax.errorbar(xs, ys, yerr=err, fmt="-o", markersize=3, capsize=2, label="Elo, 95% interval")
+    last = points[-1]
+    ax.set(
+        title=f"rating: {last['elo']:.0f} Elo ({last['lo']:.0f}..{last['hi']:.0f}) at step "
+        f"{last['step']:,}",
+        xlabel="learner step",
+        ylabel="Elo (random play = 0)",
+    )
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -141,9 +203,9 @@ def eval_series(evals: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]
     return series
 
 
-def _evaluation(ax: Any, evals: list[dict[str, Any]]) -> None:
+def _evaluation(ax: Any, series: dict[str, list[tuple[int, float]]]) -> None:
     values: list[float] = []
-    for label, pts in eval_series(evals).items():
+    for label, pts in series.items():
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
         values += [p[1] for p in pts]
     if values:  # scaled to the data: 0.97 against 0.99 must not look flat
