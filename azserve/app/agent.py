@@ -13,8 +13,10 @@ it, so its compiled graphs are made once and shared, as the server shares them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,6 +57,19 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
+@contextlib.contextmanager
+def _quiet_backend() -> Iterator[None]:
+    """The backend's start and warm-up lines (the server operator's) kept off the stderr of
+    the tools that run an agent (a GTP console, ``eval``'s one line); warnings still show."""
+    logger = logging.getLogger("azserve.backends")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 class ServedNet:
     """A started ``Backend`` for one net shape and backend config, shared by every agent of
     this process that has them; each agent's weights are a version on it."""
@@ -64,7 +79,8 @@ class ServedNet:
 
     def __init__(self, net: NetConfig, cfg: BackendConfig) -> None:
         self.backend: Backend = make_backend(net, cfg)
-        run_sync(self.backend.start())
+        with _quiet_backend():
+            run_sync(self.backend.start())
         self._next = 0
         self._versions_lock = threading.Lock()
 
@@ -81,7 +97,8 @@ class ServedNet:
         with self._versions_lock:
             version = self._next
             self._next += 1
-        run_sync(self.backend.load(version, state_dict_to_bytes(state)))
+        with _quiet_backend():
+            run_sync(self.backend.load(version, state_dict_to_bytes(state)))
         return version
 
     def unload(self, version: int) -> None:
