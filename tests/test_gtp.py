@@ -24,7 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def go_checkpoint(directory: Path) -> Path:
     """A learner checkpoint of a one-block, 8-channel Go 9x9 net."""
-    cfg = load_config(REPO / "configs" / "go9.toml", ["net.blocks=1", "net.channels=8", "backend.compile=none"])
+    cfg = load_config(
+        REPO / "configs" / "go9.toml", ["net.blocks=1", "net.channels=8", "backend.compile=none"]
+    )
     trainer = Trainer(replace(cfg.net, seed=3), replace(cfg.trainer, device="cpu"))
     return save_checkpoint(directory / "checkpoints", 40, 5, trainer.state_dict(), to_dict(cfg))
 

@@ -149,7 +149,9 @@ def run_match(args: argparse.Namespace) -> int:
             results.append(r)
             names = [ours.name, opponent.name] if our_color == 0 else [opponent.name, ours.name]
             if hasattr(game, "size"):
-                (out_dir / f"game-{i:04d}.sgf").write_text(sgf(game, r, names[0], names[1], date=today))
+                (out_dir / f"game-{i:04d}.sgf").write_text(
+                    sgf(game, r, names[0], names[1], date=today)
+                )
             else:
                 moves = " ".join(game.format_move(a) for a in r.moves)
                 (out_dir / f"game-{i:04d}.txt").write_text(f"{r.result} ({r.reason})\n{moves}\n")
