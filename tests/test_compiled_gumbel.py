@@ -59,7 +59,7 @@ async def test_whole_games_match_the_python_search(game: Game, name: str) -> Non
 
 
 @pytest.mark.parametrize("name", ["default", "many_sims", "hot_opening"])
-@pytest.mark.parametrize("game_name", ["othello", "go9"])
+@pytest.mark.parametrize("game_name", ["othello", "go9", "go13"])
 async def test_whole_games_of_othello_and_go_match_the_python_search(
     game_name: str, name: str
 ) -> None:

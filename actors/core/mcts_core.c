@@ -1,6 +1,6 @@
 /* The compiled search trees of actors.compiled_mcts: the same PUCT search as actors/mcts.py
  * and the same Gumbel search as actors/gumbel.py (the pure-Python oracles), operation for
- * operation, on any game of the table in _games.c (Connect Four, tic-tac-toe, Othello, Go 9x9).
+ * operation, on any game of the table (actors/core/games/: Connect Four, tic-tac-toe, Othello, Go).
  * One Tree type does both: a Gumbel tree (Tree(..., gumbel=True)) picks its root action by
  * sequential halving and the children below by the improved policy; expansion, backup and tree reuse are shared; the rules and the
  * encoding are the game table's.
@@ -21,9 +21,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "_games.h"
+#include "games.h"
 
-#define MAXA GAME_MAX_ACTIONS /* most actions of any game in the table */
+/* A game at its parameters, for Python: Rules(name, *params). Trees hold a reference. */
+typedef struct {
+    PyObject_HEAD
+    GameRules r;
+    int ready; /* r was made (and its data is released on dealloc) */
+} RulesObject;
+
+static PyTypeObject RulesType;
 
 typedef struct Node Node;
 
@@ -55,7 +62,8 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    const GameDef *rules;
+    PyObject *rules_obj; /* the Rules object the tree plays by (a reference) */
+    const GameRules *rules;
     int num_actions, obs_size, maxd;  /* maxd: the longest path from a root (the game's plies) */
     double c_puct, fpu_reduction, root_fpu_reduction, vl;
     int width;
@@ -63,7 +71,7 @@ typedef struct {
     uint64_t *history;   /* sorted hashes of the boards before the root (Go's superko) */
     Py_ssize_t nhistory, history_cap;
     int has_clean;
-    double clean_p[MAXA];
+    double *clean_p;  /* [num_actions]: the root's priors before noise */
     long count, done;
     long fed;  /* leaves answered since start / gumbel_start (step, step_many, finish) */
     int nbatch;
@@ -74,14 +82,18 @@ typedef struct {
     /* Gumbel (gumbel != 0): the search's root state, set by gumbel_start */
     int gumbel;
     double c_visit, c_scale;
-    double g[MAXA];     /* the root's Gumbel noise, aligned with its edges */
-    double glog[MAXA];  /* the root's log-priors, shifted so their max is 0 */
-    long counts[MAXA];  /* this search's visits per root edge: what the schedule counts */
+    double *g;          /* [num_actions] the root's Gumbel noise, aligned with its edges */
+    double *glog;       /* [num_actions] the root's log-priors, shifted so their max is 0 */
+    long *counts;       /* [num_actions] this search's visits per root edge (the schedule's) */
     long *schedule;     /* visit count of the root edge chosen at each simulation */
     long schedule_cap;
+    /* scratch, sized from the rules: legal actions, a child's state, per-edge doubles */
+    uint16_t *acts;     /* [num_actions] */
+    unsigned char *next; /* [state_size] */
+    double *work;       /* [2 * num_actions] */
 } Tree;
 
-/* --- positions: the game table's rules (_games.c) on nodes -------------------------------- */
+/* --- positions: the game's rules (games.h) on nodes ------------------------------------ */
 
 static int in_history(const Tree *t, uint64_t h) {
     Py_ssize_t lo = 0, hi = t->nhistory;
@@ -101,10 +113,11 @@ typedef struct {
 
 static int seen_before(const void *ctx, uint64_t h) {
     const SeenCtx *c = (const SeenCtx *)ctx;
-    uint64_t (*hash)(const unsigned char *) = c->t->rules->board_hash;
-    if (hash(c->state) == h) return 1;
+    const GameRules *r = c->t->rules;
+    uint64_t (*hash)(const GameRules *, const unsigned char *) = r->def->board_hash;
+    if (hash(r, c->state) == h) return 1;
     for (const Node *n = c->node; n; n = n->parent)
-        if (hash(n->state) == h) return 1;
+        if (hash(r, n->state) == h) return 1;
     return in_history(c->t, h);
 }
 
@@ -113,20 +126,20 @@ static int seen_before(const void *ctx, uint64_t h) {
 static long long g_live_nodes = 0;
 static long long g_live_bytes = 0;
 
-static size_t node_bytes(const GameDef *g, int k) {
+static size_t node_bytes(const GameRules *g, int k) {
     return sizeof(Node) + (size_t)k * (sizeof(Edge) + sizeof(uint16_t)) + (size_t)g->state_size;
 }
 
 /* A node for `state` (state_size bytes) below `parent`; terminal nodes get their value tv and
  * no edges. */
 static Node *new_node(Tree *t, Node *parent, const unsigned char *state, int terminal, double tv) {
-    uint16_t acts[MAXA];
+    uint16_t *acts = t->acts;
     int k = 0;
-    const GameDef *g = t->rules;
+    const GameRules *g = t->rules;
     if (!terminal) {
         SeenCtx ctx = {t, parent, state};
         Repeats rep = {seen_before, &ctx};
-        k = g->legal(state, g->board_hash ? &rep : NULL, acts);
+        k = g->def->legal(g, state, g->def->board_hash ? &rep : NULL, acts);
     }
     size_t edges = sizeof(Node) + (size_t)k * sizeof(Edge);
     Node *n = (Node *)malloc(edges + (size_t)k * sizeof(uint16_t) + (size_t)g->state_size);
@@ -158,14 +171,15 @@ static Node *new_node(Tree *t, Node *parent, const unsigned char *state, int ter
 
 /* The child reached by playing edge i of `parent`, with its terminal value if the game ends. */
 static Node *new_child(Tree *t, Node *parent, int i) {
-    unsigned char next[GAME_MAX_STATE];
     double tv = 0.0;
-    int terminal = t->rules->play(parent->state, parent->actions[i], next, &tv);
-    return new_node(t, parent, next, terminal, tv);
+    int terminal = t->rules->def->play(t->rules, parent->state, parent->actions[i], t->next, &tv);
+    return new_node(t, parent, t->next, terminal, tv);
 }
 
 /* uint8 [C, H, W] planes of `n` from its side to move's perspective (as Game.encode). */
-static void encode(Tree *t, const Node *n, unsigned char *out) { t->rules->encode(n->state, out); }
+static void encode(Tree *t, const Node *n, unsigned char *out) {
+    t->rules->def->encode(t->rules, n->state, out);
+}
 
 static void free_tree(Tree *t, Node *n) {
     if (!n) return;
@@ -196,7 +210,8 @@ static void undo(Step *path, int len, double vl) {
     }
 }
 
-static void expand_row(Node *node, const char *base, Py_ssize_t stride, int is_double, double v);
+static void expand_row(Tree *t, Node *node, const char *base, Py_ssize_t stride, int is_double,
+                       double v);
 
 /* Priors from logits (float32 or float64 [A], any stride) and the node's own evaluation;
  * the value as a double into *out_v. */
@@ -235,15 +250,16 @@ static int expand(Tree *t, Node *node, PyObject *logits, PyObject *value, double
     }
     int is_double = view.format[strlen(view.format) - 1] == 'd';
     Py_ssize_t stride = view.strides ? view.strides[0] : view.itemsize;
-    expand_row(node, (const char *)view.buf, stride, is_double, v);
+    expand_row(t, node, (const char *)view.buf, stride, is_double, v);
     PyBuffer_Release(&view);
     return 0;
 }
 
 /* Priors from one row of logits at `base` (float32, or float64 when is_double; `stride` bytes
  * apart) and the node's own evaluation v: what expand() does once it has the buffer. */
-static void expand_row(Node *node, const char *base, Py_ssize_t stride, int is_double, double v) {
-    double legal_x[MAXA];
+static void expand_row(Tree *t, Node *node, const char *base, Py_ssize_t stride, int is_double,
+                       double v) {
+    double *legal_x = t->work;
     int k = node->k;
     for (int j = 0; j < k; j++) {
         const char *at = base + stride * node->actions[j];
@@ -283,14 +299,14 @@ static int write_buffer(PyObject *out, Py_buffer *view, Py_ssize_t need) {
 #define TINY 1e-30     /* gumbel._TINY */
 #define EPSILON 1e-8   /* gumbel._EPSILON */
 
-/* sigma(completed Q) of `nd`'s edges into out[k] (gumbel.completed_q, same operations). */
+/* sigma(completed Q) of `nd`'s edges into out[k] (gumbel.completed_q, same operations; out
+ * holds the completed Q first, then its transform). */
 static void completed_q(const Node *nd, double c_visit, double c_scale, double *out) {
     long total = 0, top = 0;
-    double mass = 0.0, weighted = 0.0, q[MAXA];
-    int k = nd->k, seen[MAXA];
+    double mass = 0.0, weighted = 0.0, *q = out;
+    int k = nd->k;
     for (int j = 0; j < k; j++) {
         long ni = nd->e[j].n;
-        seen[j] = ni != 0;
         if (ni) {
             double qi = nd->e[j].w / (double)ni, p = nd->e[j].p;
             double pm = p > TINY ? p : TINY;
@@ -304,7 +320,7 @@ static void completed_q(const Node *nd, double c_visit, double c_scale, double *
     double mixed = total ? (nd->raw_value + (double)total * weighted / mass) / (double)(total + 1)
                          : nd->raw_value;
     for (int j = 0; j < k; j++)
-        if (!seen[j]) q[j] = mixed;
+        if (!nd->e[j].n) q[j] = mixed;
     double lo = q[0], hi = q[0];
     for (int j = 1; j < k; j++) {
         if (q[j] < lo) lo = q[j];
@@ -315,8 +331,8 @@ static void completed_q(const Node *nd, double c_visit, double c_scale, double *
     for (int j = 0; j < k; j++) out[j] = (q[j] - lo) * scale;
 }
 
-/* Deterministic selection below the root (gumbel._interior_action). */
-static int interior_action(const Node *nd, double c_visit, double c_scale) {
+/* Deterministic selection below the root (gumbel._interior_action); work: k doubles. */
+static int interior_action(const Node *nd, double c_visit, double c_scale, double *work) {
     int k = nd->k, i = 0;
     long sum = 0;
     for (int j = 0; j < k; j++) sum += nd->e[j].n;
@@ -330,7 +346,7 @@ static int interior_action(const Node *nd, double c_visit, double c_scale) {
             }
         return i;
     }
-    double sigma[MAXA], e[MAXA];
+    double *sigma = work, *e = work; /* e[j] replaces sigma[j] once read */
     completed_q(nd, c_visit, c_scale, sigma);
     double top = sigma[0];
     for (int j = 1; j < k; j++)
@@ -355,7 +371,7 @@ static int interior_action(const Node *nd, double c_visit, double c_scale) {
  * highest max(LOW_LOGIT, g + logits + sigma) (gumbel._halve's loop body). */
 static int gumbel_root_action(Tree *t) {
     Node *r = t->root;
-    double sigma[MAXA], best = -INFINITY;
+    double *sigma = t->work, best = -INFINITY;
     completed_q(r, t->c_visit, t->c_scale, sigma);
     long want = t->schedule[t->done];
     int i = -1;
@@ -421,7 +437,7 @@ static int gumbel_descend(Tree *t, unsigned char *out) {
                 return -1;
             }
             node = child;
-            i = interior_action(node, c_visit, c_scale);
+            i = interior_action(node, c_visit, c_scale, t->work);
         }
     }
     return 0;
@@ -512,59 +528,80 @@ static int finish_leaf(Tree *t, int b, PyObject *logits, PyObject *value) {
 /* --- the Python type ---------------------------------------------------------------------- */
 
 static void Tree_dealloc(Tree *t) {
-    free_tree(t, t->root);
+    if (t->rules) free_tree(t, t->root);
+    Py_XDECREF(t->rules_obj);
     free(t->paths);
+    free(t->clean_p);
+    free(t->g);
+    free(t->glog);
+    free(t->counts);
+    free(t->acts);
+    free(t->next);
+    free(t->work);
     free(t->schedule);
     free(t->history);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
-/* The game table's entry named `name`, or NULL with ValueError listing the known names. */
-static const GameDef *game_named(const char *name) {
-    const GameDef *g = find_game(name);
-    if (!g) {
-        char known[256] = "";
-        for (int i = 0; GAME_TABLE[i]; i++) {
-            if (i) strncat(known, ", ", sizeof known - strlen(known) - 1);
-            strncat(known, GAME_TABLE[i]->name, sizeof known - strlen(known) - 1);
-        }
-        PyErr_Format(PyExc_ValueError, "compiled MCTS: unsupported game %s (the core knows %s)",
-                     name, known);
-    }
-    return g;
-}
-
-static int Tree_init(Tree *t, PyObject *args, PyObject *kw) {
-    static char *names[] = {"game", "c_puct", "fpu_reduction", "root_fpu_reduction", "width",
-                            "virtual_loss", "gumbel", "c_visit", "c_scale", NULL};
-    const char *game;
-    t->gumbel = 0;
-    t->c_visit = 50.0;
-    t->c_scale = 0.1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sdddid|$pdd", names, &game, &t->c_puct,
-                                     &t->fpu_reduction, &t->root_fpu_reduction, &t->width, &t->vl,
-                                     &t->gumbel, &t->c_visit, &t->c_scale))
-        return -1;
-    if (!(t->rules = game_named(game))) return -1;
-    t->num_actions = t->rules->num_actions;
-    t->obs_size = t->rules->obs_size;
-    t->maxd = t->rules->max_plies + 1;
-    if (t->width < 1 || t->width > 64) {
-        PyErr_Format(PyExc_ValueError, "compiled MCTS: width must be in 1..64, got %d", t->width);
-        return -1;
-    }
-    if (t->gumbel && (t->width != 1 || t->vl != 0.0)) {
-        PyErr_SetString(PyExc_ValueError, "compiled Gumbel: width 1 and no virtual loss");
-        return -1;
-    }
-    free(t->paths);
-    t->paths = (Step *)malloc(sizeof(Step) * (size_t)t->width * (size_t)t->maxd);
-    if (!t->paths) {
+static int alloc_into(void **p, size_t bytes) {
+    free(*p);
+    *p = malloc(bytes ? bytes : 1);
+    if (!*p) {
         PyErr_NoMemory();
         return -1;
     }
-    free_tree(t, t->root);
+    return 0;
+}
+
+static int Tree_init(Tree *t, PyObject *args, PyObject *kw) {
+    static char *names[] = {"rules", "c_puct", "fpu_reduction", "root_fpu_reduction", "width",
+                            "virtual_loss", "gumbel", "c_visit", "c_scale", NULL};
+    PyObject *rules;
+    double c_puct, fpu_reduction, root_fpu_reduction, vl, c_visit = 50.0, c_scale = 0.1;
+    int width, gumbel = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!dddid|$pdd", names, &RulesType, &rules, &c_puct,
+                                     &fpu_reduction, &root_fpu_reduction, &width, &vl, &gumbel,
+                                     &c_visit, &c_scale))
+        return -1;
+    if (!((RulesObject *)rules)->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "Rules was not initialised: call Rules(name, ...)");
+        return -1;
+    }
+    if (width < 1 || width > 64) {
+        PyErr_Format(PyExc_ValueError, "compiled MCTS: width must be in 1..64, got %d", width);
+        return -1;
+    }
+    if (gumbel && (width != 1 || vl != 0.0)) {
+        PyErr_SetString(PyExc_ValueError, "compiled Gumbel: width 1 and no virtual loss");
+        return -1;
+    }
+    if (t->rules) free_tree(t, t->root); /* a second __init__: the old tree, by its own rules */
     t->root = NULL;
+    Py_INCREF(rules);
+    Py_XSETREF(t->rules_obj, rules);
+    t->rules = &((RulesObject *)rules)->r;
+    t->c_puct = c_puct;
+    t->fpu_reduction = fpu_reduction;
+    t->root_fpu_reduction = root_fpu_reduction;
+    t->width = width;
+    t->vl = vl;
+    t->gumbel = gumbel;
+    t->c_visit = c_visit;
+    t->c_scale = c_scale;
+    const GameRules *g = t->rules;
+    size_t a = (size_t)g->num_actions;
+    t->num_actions = g->num_actions;
+    t->obs_size = g->obs_size;
+    t->maxd = g->max_plies + 1;
+    if (alloc_into((void **)&t->paths, sizeof(Step) * (size_t)width * (size_t)t->maxd) < 0 ||
+        alloc_into((void **)&t->clean_p, sizeof(double) * a) < 0 ||
+        alloc_into((void **)&t->g, sizeof(double) * a) < 0 ||
+        alloc_into((void **)&t->glog, sizeof(double) * a) < 0 ||
+        alloc_into((void **)&t->counts, sizeof(long) * a) < 0 ||
+        alloc_into((void **)&t->acts, sizeof(uint16_t) * a) < 0 ||
+        alloc_into((void **)&t->next, (size_t)g->state_size) < 0 ||
+        alloc_into((void **)&t->work, 2 * sizeof(double) * a) < 0)
+        return -1;
     t->nhistory = 0;
     t->has_clean = 0;
     return 0;
@@ -579,18 +616,18 @@ static PyObject *Tree_reset(Tree *t, PyObject *unused) {
 }
 
 /* A Python core_state blob as the game's state bytes into `state` (-1 with ValueError). */
-static int load_blob(const GameDef *g, PyObject *blob, unsigned char *state) {
+static int load_blob(const GameRules *g, PyObject *blob, unsigned char *state) {
     char *buf;
     Py_ssize_t len;
     const char *why = "";
     if (PyBytes_AsStringAndSize(blob, &buf, &len) < 0) return -1;
     if (len != g->blob_size) {
-        PyErr_Format(PyExc_ValueError, "%s: a state blob of %zd bytes, expected %d", g->name, len,
-                     g->blob_size);
+        PyErr_Format(PyExc_ValueError, "%s: a state blob of %zd bytes, expected %d", g->label,
+                     len, g->blob_size);
         return -1;
     }
-    if (g->load((const unsigned char *)buf, state, &why) < 0) {
-        PyErr_Format(PyExc_ValueError, "%s: %s", g->name, why);
+    if (g->def->load(g, (const unsigned char *)buf, state, &why) < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: %s", g->label, why);
         return -1;
     }
     return 0;
@@ -603,22 +640,22 @@ static int cmp_u64(const void *a, const void *b) {
 
 /* The boards that stood before (history_item bytes each) as the tree's sorted hashes. */
 static int load_history(Tree *t, PyObject *history) {
-    const GameDef *g = t->rules;
+    const GameRules *g = t->rules;
     char *buf;
     Py_ssize_t len;
     t->nhistory = 0;
     if (!history) return 0;
     if (PyBytes_AsStringAndSize(history, &buf, &len) < 0) return -1;
-    if (!g->item_hash) {
+    if (!g->def->item_hash) {
         if (len) {
-            PyErr_Format(PyExc_ValueError, "%s keeps no history, got %zd bytes", g->name, len);
+            PyErr_Format(PyExc_ValueError, "%s keeps no history, got %zd bytes", g->label, len);
             return -1;
         }
         return 0;
     }
     if (len % g->history_item) {
         PyErr_Format(PyExc_ValueError, "%s: a history of %zd bytes is not whole boards of %d",
-                     g->name, len, g->history_item);
+                     g->label, len, g->history_item);
         return -1;
     }
     Py_ssize_t n = len / g->history_item;
@@ -632,7 +669,7 @@ static int load_history(Tree *t, PyObject *history) {
         t->history_cap = n;
     }
     for (Py_ssize_t i = 0; i < n; i++)
-        t->history[i] = g->item_hash((const unsigned char *)buf + i * g->history_item);
+        t->history[i] = g->def->item_hash(g, (const unsigned char *)buf + i * g->history_item);
     qsort(t->history, (size_t)n, sizeof(uint64_t), cmp_u64);
     t->nhistory = n;
     return 0;
@@ -642,8 +679,9 @@ static int load_history(Tree *t, PyObject *history) {
  * game's core_state bytes; history: the boards that have stood in this game (Go). */
 static PyObject *Tree_set_root(Tree *t, PyObject *args) {
     PyObject *blob, *history = NULL;
-    unsigned char state[GAME_MAX_STATE];
+    unsigned char *state = t->next;
     if (!PyArg_ParseTuple(args, "S|S", &blob, &history)) return NULL;
+    if (!t->rules) return PyErr_Format(PyExc_RuntimeError, "Tree was not initialised");
     if (load_blob(t->rules, blob, state) < 0 || load_history(t, history) < 0) return NULL;
     Node *r = t->root;
     if (r && memcmp(r->state, state, (size_t)t->rules->state_size) == 0)
@@ -698,7 +736,7 @@ static PyObject *Tree_root_priors(Tree *t, PyObject *args) {
             return PyErr_Format(PyExc_ValueError, "noise of %zd values for %d children",
                                 PySequence_Fast_GET_SIZE(seq), r->k);
         }
-        double x[MAXA];
+        double *x = t->work;
         for (int j = 0; j < r->k; j++) {
             x[j] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, j));
             if (x[j] == -1.0 && PyErr_Occurred()) {
@@ -895,8 +933,8 @@ static PyObject *Tree_gumbel_result(Tree *t, PyObject *args) {
     double *scores = (double *)views[1].buf, *noise = (double *)views[2].buf;
     int64_t *visits = (int64_t *)views[3].buf;
     int k = r->k;
-    double sigma[MAXA], improved[MAXA], e[MAXA];
-    completed_q(r, t->c_visit, t->c_scale, sigma);
+    double *sigma = t->work, *improved = t->work, *e = t->work + t->num_actions;
+    completed_q(r, t->c_visit, t->c_scale, sigma); /* improved[j] replaces sigma[j] */
     long most = 0;
     double top = -INFINITY;
     for (int j = 0; j < k; j++) {
@@ -1413,7 +1451,7 @@ static int feed_hits(Tree *t, Cache *c, long long version, int kind, unsigned ch
             return -1;
         }
         *hits += 1;
-        expand_row(t->leaves[0], (const char *)e->data + e->klen, item, e->is_double, e->value);
+        expand_row(t, t->leaves[0], (const char *)e->data + e->klen, item, e->is_double, e->value);
         backup(t->paths, t->pathlen[0], e->value, t->vl);
         t->fed += 1;
         t->done += 1;
@@ -1457,7 +1495,7 @@ static int check_lists(PyObject *trees, PyObject *outs, Py_ssize_t *n) {
 static int step_one(Tree *t, const char *lrow, Py_ssize_t ls1, int ld, double v, PyObject *out,
                     Cache *c, long long version, int kind, long long *hits) {
     if (lrow) {
-        expand_row(t->leaves[0], lrow, ls1, ld, v);
+        expand_row(t, t->leaves[0], lrow, ls1, ld, v);
         backup(t->paths, t->pathlen[0], v, t->vl);
         t->fed += 1;
         t->done += 1;
@@ -1571,25 +1609,76 @@ static PyObject *Cache_step(Cache *c, PyObject *const *args, Py_ssize_t nargs) {
     return step_trees(args[0], logits, args[2], args[3], c, version, kind);
 }
 
-/* --- the rules alone, for tests against the Python references and OpenSpiel --------------- */
+/* --- the Rules type: a game at its parameters; its rules alone, for tests ---------------- */
 
-/* A throwaway tree that holds only a history, for game_legal's superko look-ups. */
-static int rules_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *usage,
-                      const GameDef **g, unsigned char *state) {
-    if (nargs != want) {
-        PyErr_Format(PyExc_TypeError, "%s", usage);
-        return -1;
+/* The game table's entry named `name`, or NULL with ValueError listing the known names. */
+static const GameDef *game_named(const char *name) {
+    const GameDef *g = find_game(name);
+    if (!g) {
+        PyObject *known = PyUnicode_FromString("");
+        for (int i = 0; known && GAME_TABLE[i]; i++)
+            Py_SETREF(known, PyUnicode_FromFormat("%U%s%s", known, i ? ", " : "",
+                                                  GAME_TABLE[i]->name));
+        if (known)
+            PyErr_Format(PyExc_ValueError,
+                         "compiled MCTS: unsupported game %s (the core knows %U)", name, known);
+        Py_XDECREF(known);
     }
-    const char *name = PyUnicode_AsUTF8(args[0]);
-    if (!name || !(*g = game_named(name))) return -1;
-    if (!PyBytes_Check(args[1])) {
-        PyErr_Format(PyExc_TypeError, "%s: the state must be bytes", usage);
-        return -1;
-    }
-    return load_blob(*g, args[1], state);
+    return g;
 }
 
-static int rules_legal(const GameDef *g, const unsigned char *state, PyObject *history,
+static void Rules_dealloc(RulesObject *self) {
+    if (self->ready && self->r.def->release) self->r.def->release(&self->r);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Rules(name, *params): the game `name` of the table at its parameters (Go: size, komi). */
+static int Rules_init(RulesObject *self, PyObject *args, PyObject *kw) {
+    if (self->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "Rules are made once");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (kw && PyDict_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "Rules(name, *params) takes no keywords");
+        return -1;
+    }
+    if (n < 1 || !PyUnicode_Check(PyTuple_GET_ITEM(args, 0))) {
+        PyErr_SetString(PyExc_TypeError, "Rules(name, *params): name must be a str");
+        return -1;
+    }
+    const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args, 0));
+    const GameDef *def = name ? game_named(name) : NULL;
+    if (!def) return -1;
+    if (n - 1 > def->nparams) {
+        PyErr_Format(PyExc_TypeError, "Rules(%s): at most %d parameters (%s), got %zd", name,
+                     def->nparams, def->params, n - 1);
+        return -1;
+    }
+    double params[n > 1 ? n - 1 : 1];
+    for (Py_ssize_t i = 1; i < n; i++) {
+        params[i - 1] = PyFloat_AsDouble(PyTuple_GET_ITEM(args, i));
+        if (params[i - 1] == -1.0 && PyErr_Occurred()) return -1;
+    }
+    const char *why = "";
+    memset(&self->r, 0, sizeof self->r);
+    self->r.def = def;
+    if (def->make(&self->r, params, (int)(n - 1), &why) < 0) {
+        PyErr_Format(PyExc_ValueError, "%s", why);
+        return -1;
+    }
+    self->ready = 1;
+    return 0;
+}
+
+static int rules_ready(RulesObject *self) {
+    if (self->ready) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "Rules was not initialised: call Rules(name, ...)");
+    return -1;
+}
+
+/* The legal actions of `state` under `history` (bytes) into acts: their number, or -1. */
+static int rules_legal(const GameRules *g, const unsigned char *state, PyObject *history,
                        uint16_t *acts) {
     Tree t;
     memset(&t, 0, sizeof t);
@@ -1601,56 +1690,136 @@ static int rules_legal(const GameDef *g, const unsigned char *state, PyObject *h
     if (load_history(&t, history) < 0) return -1;
     SeenCtx ctx = {&t, NULL, state};
     Repeats rep = {seen_before, &ctx};
-    int k = g->legal(state, g->board_hash ? &rep : NULL, acts);
+    int k = g->def->legal(g, state, g->def->board_hash ? &rep : NULL, acts);
     free(t.history);
     return k;
 }
 
-/* game_legal(name, blob, history) -> [actions]: the legal actions of a non-terminal state. */
-static PyObject *game_legal(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    const GameDef *g;
-    unsigned char state[GAME_MAX_STATE];
-    uint16_t acts[MAXA];
-    if (rules_args(args, nargs, 3, "game_legal(name, blob, history)", &g, state) < 0) return NULL;
-    int k = rules_legal(g, state, args[2], acts);
-    if (k < 0) return NULL;
-    PyObject *out = PyList_New(k);
-    if (!out) return NULL;
-    for (int j = 0; j < k; j++) PyList_SET_ITEM(out, j, PyLong_FromLong(acts[j]));
-    return out;
-}
-
-/* game_play(name, blob, history, action) -> (blob, terminal, value): the state after a legal
- * action (ValueError for an illegal one), whether the game is over there, and then its value
- * for the side to move there. */
-static PyObject *game_play(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    const GameDef *g;
-    unsigned char state[GAME_MAX_STATE], next[GAME_MAX_STATE];
-    uint16_t acts[MAXA];
-    if (rules_args(args, nargs, 4, "game_play(name, blob, history, action)", &g, state) < 0)
+/* The state of `blob` (bytes) into a new buffer of state_size bytes (NULL on error). */
+static unsigned char *rules_state(const GameRules *g, PyObject *blob) {
+    if (!PyBytes_Check(blob)) {
+        PyErr_SetString(PyExc_TypeError, "the state must be bytes");
         return NULL;
-    long a = PyLong_AsLong(args[3]);
-    if (a == -1 && PyErr_Occurred()) return NULL;
-    int k = rules_legal(g, state, args[2], acts), legal = 0;
-    if (k < 0) return NULL;
-    for (int j = 0; j < k; j++) legal |= acts[j] == a;
-    if (!legal) return PyErr_Format(PyExc_ValueError, "%s: action %ld is illegal", g->name, a);
-    double tv = 0.0;
-    int terminal = g->play(state, (int)a, next, &tv);
-    return Py_BuildValue("(y#Od)", (const char *)next, (Py_ssize_t)g->blob_size,
-                         terminal ? Py_True : Py_False, terminal ? tv : 0.0);
+    }
+    unsigned char *state = (unsigned char *)PyMem_Malloc((size_t)g->state_size);
+    if (!state) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (load_blob(g, blob, state) < 0) {
+        PyMem_Free(state);
+        return NULL;
+    }
+    return state;
 }
 
-/* game_encode(name, blob) -> bytes: the uint8 planes of encode, C * H * W bytes. */
-static PyObject *game_encode(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    const GameDef *g;
-    unsigned char state[GAME_MAX_STATE];
-    if (rules_args(args, nargs, 2, "game_encode(name, blob)", &g, state) < 0) return NULL;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, g->obs_size);
-    if (!out) return NULL;
-    g->encode(state, (unsigned char *)PyBytes_AS_STRING(out));
+/* legal(blob, history) -> [actions]: the legal actions of a non-terminal state. */
+static PyObject *Rules_legal(RulesObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (rules_ready(self) < 0) return NULL;
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "legal(blob, history)");
+    const GameRules *g = &self->r;
+    unsigned char *state = rules_state(g, args[0]);
+    if (!state) return NULL;
+    uint16_t *acts = (uint16_t *)PyMem_Malloc(sizeof(uint16_t) * (size_t)g->num_actions);
+    PyObject *out = NULL;
+    int k = acts ? rules_legal(g, state, args[1], acts) : -1;
+    if (!acts) PyErr_NoMemory();
+    if (k >= 0 && (out = PyList_New(k)))
+        for (int j = 0; j < k; j++) PyList_SET_ITEM(out, j, PyLong_FromLong(acts[j]));
+    PyMem_Free(acts);
+    PyMem_Free(state);
     return out;
 }
+
+/* play(blob, history, action) -> (blob, terminal, value): the state after a legal action
+ * (ValueError for an illegal one), whether the game is over there, and then its value for the
+ * side to move there. */
+static PyObject *Rules_play(RulesObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (rules_ready(self) < 0) return NULL;
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "play(blob, history, action)");
+    const GameRules *g = &self->r;
+    long a = PyLong_AsLong(args[2]);
+    if (a == -1 && PyErr_Occurred()) return NULL;
+    unsigned char *state = rules_state(g, args[0]);
+    if (!state) return NULL;
+    PyObject *out = NULL;
+    uint16_t *acts = (uint16_t *)PyMem_Malloc(sizeof(uint16_t) * (size_t)g->num_actions);
+    unsigned char *next = (unsigned char *)PyMem_Malloc((size_t)g->state_size);
+    int k = acts && next ? rules_legal(g, state, args[1], acts) : -1, legal = 0;
+    if (!acts || !next) PyErr_NoMemory();
+    for (int j = 0; j < k; j++) legal |= acts[j] == a;
+    if (k >= 0 && !legal) PyErr_Format(PyExc_ValueError, "%s: action %ld is illegal", g->label, a);
+    if (legal) {
+        double tv = 0.0;
+        int terminal = g->def->play(g, state, (int)a, next, &tv);
+        out = Py_BuildValue("(y#Od)", (const char *)next, (Py_ssize_t)g->blob_size,
+                            terminal ? Py_True : Py_False, terminal ? tv : 0.0);
+    }
+    PyMem_Free(acts);
+    PyMem_Free(next);
+    PyMem_Free(state);
+    return out;
+}
+
+/* encode(blob) -> bytes: the uint8 planes of encode, C * H * W bytes. */
+static PyObject *Rules_encode(RulesObject *self, PyObject *blob) {
+    if (rules_ready(self) < 0) return NULL;
+    const GameRules *g = &self->r;
+    unsigned char *state = rules_state(g, blob);
+    if (!state) return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, g->obs_size);
+    if (out) g->def->encode(g, state, (unsigned char *)PyBytes_AS_STRING(out));
+    PyMem_Free(state);
+    return out;
+}
+
+static PyObject *Rules_get(RulesObject *self, void *which) {
+    if (rules_ready(self) < 0) return NULL;
+    const GameRules *g = &self->r;
+    switch ((int)(intptr_t)which) {
+    case 0: return PyUnicode_FromString(g->label);
+    case 1: return PyUnicode_FromString(g->def->name);
+    case 2: return PyLong_FromLong(g->num_actions);
+    case 3: return PyLong_FromLong(g->obs_size);
+    case 4: return PyLong_FromLong(g->blob_size);
+    case 5: return PyLong_FromLong(g->state_size);
+    case 6: return PyLong_FromLong(g->max_plies);
+    default: return PyLong_FromLong(g->history_item);
+    }
+}
+
+static PyMethodDef Rules_methods[] = {
+    {"legal", (PyCFunction)(void (*)(void))Rules_legal, METH_FASTCALL,
+     "legal(blob, history) -> the legal actions of a non-terminal state."},
+    {"play", (PyCFunction)(void (*)(void))Rules_play, METH_FASTCALL,
+     "play(blob, history, action) -> (blob, terminal, value)."},
+    {"encode", (PyCFunction)Rules_encode, METH_O, "encode(blob) -> the planes as bytes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Rules_getset[] = {
+    {"label", (getter)Rules_get, NULL, "The rules' name in messages (go13).", (void *)0},
+    {"game", (getter)Rules_get, NULL, "The game's name in the table (go).", (void *)1},
+    {"num_actions", (getter)Rules_get, NULL, "A: the policy's width.", (void *)2},
+    {"obs_size", (getter)Rules_get, NULL, "Bytes of the encoded planes.", (void *)3},
+    {"blob_size", (getter)Rules_get, NULL, "Bytes of core_state's blob.", (void *)4},
+    {"state_size", (getter)Rules_get, NULL, "Bytes of a node's state.", (void *)5},
+    {"max_plies", (getter)Rules_get, NULL, "The longest game.", (void *)6},
+    {"history_item", (getter)Rules_get, NULL, "Bytes per earlier board (0: none).", (void *)7},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RulesType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "actors._mcts_core.Rules",
+    .tp_basicsize = sizeof(RulesObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Rules(name, *params): a game of the table at its parameters (Go: size, komi).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Rules_init,
+    .tp_dealloc = (destructor)Rules_dealloc,
+    .tp_methods = Rules_methods,
+    .tp_getset = Rules_getset,
+};
 
 static PyObject *live_trees(PyObject *self, PyObject *unused) {
     return Py_BuildValue("(LL)", g_live_nodes, g_live_bytes);
@@ -1661,12 +1830,6 @@ static PyMethodDef module_methods[] = {
      "live_trees() -> (nodes, bytes) held by every tree of this process."},
     {"step_many", (PyCFunction)(void (*)(void))step_many, METH_FASTCALL,
      "step_many(trees, logits, values, outs) -> (flags, errors): each tree's step at once."},
-    {"game_legal", (PyCFunction)(void (*)(void))game_legal, METH_FASTCALL,
-     "game_legal(name, blob, history) -> the legal actions of a non-terminal state."},
-    {"game_play", (PyCFunction)(void (*)(void))game_play, METH_FASTCALL,
-     "game_play(name, blob, history, action) -> (blob, terminal, value)."},
-    {"game_encode", (PyCFunction)(void (*)(void))game_encode, METH_FASTCALL,
-     "game_encode(name, blob) -> the encoded planes as bytes."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1677,8 +1840,9 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__mcts_core(void) {
-    if (PyType_Ready(&TreeType) < 0 || PyType_Ready(&CacheType) < 0) return NULL;
-    games_init();
+    if (PyType_Ready(&TreeType) < 0 || PyType_Ready(&CacheType) < 0 ||
+        PyType_Ready(&RulesType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     int ngames = 0;
@@ -1697,7 +1861,7 @@ PyMODINIT_FUNC PyInit__mcts_core(void) {
     }
     /* actors/compiled_mcts.py's _ABI: bumped with every change of this module's interface, so
      * that a stale build is told apart and not run. */
-    if (PyModule_AddIntConstant(m, "ABI", 4) < 0 ||
+    if (PyModule_AddIntConstant(m, "ABI", 5) < 0 ||
         PyModule_AddIntConstant(m, "CACHE_ENTRY_OVERHEAD", (long)CACHE_ENTRY_OVERHEAD) < 0) {
         Py_DECREF(m);
         return NULL;
@@ -1705,6 +1869,12 @@ PyMODINIT_FUNC PyInit__mcts_core(void) {
     Py_INCREF(&TreeType);
     if (PyModule_AddObject(m, "Tree", (PyObject *)&TreeType) < 0) {
         Py_DECREF(&TreeType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&RulesType);
+    if (PyModule_AddObject(m, "Rules", (PyObject *)&RulesType) < 0) {
+        Py_DECREF(&RulesType);
         Py_DECREF(m);
         return NULL;
     }
