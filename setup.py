@@ -23,7 +23,13 @@ setup(
             depends=[str(p) for p in sorted(CORE.glob("*.h"))],
             define_macros=[("AZ_GAME_LIST", GAME_LIST)],
             # No fused multiply-add: every score must round exactly as the Python search's.
-            extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math"],
+            # Hidden symbols: the files share names such as `expand`; only PyInit is exported.
+            extra_compile_args=[
+                "-O2",
+                "-ffp-contract=off",
+                "-fno-fast-math",
+                "-fvisibility=hidden",
+            ],
             optional=True,
         )
     ]

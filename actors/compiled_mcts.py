@@ -39,7 +39,7 @@ from actors.search import (
 
 log = logging.getLogger("actors.compiled_mcts")
 
-_ABI = 5
+_ABI = 6
 """The interface of actors/core/ this module drives (its ``ABI``); a build of an older
 source (the C file changed, ``pip install -e .`` not run again) is not used."""
 
@@ -102,7 +102,7 @@ def core_params(game: Game) -> tuple[float, ...]:
     return tuple(params)
 
 
-_RULES: dict[tuple[str, tuple[float, ...]], Any] = {}
+_RULES: dict[tuple[str | None, tuple[float, ...]], Any] = {}
 
 
 def core_rules(game: Game) -> Any:
@@ -113,6 +113,13 @@ def core_rules(game: Game) -> Any:
     if rules is None:
         rules = _RULES[key] = _mcts_core.Rules(key[0], *key[1])  # type: ignore[union-attr]
     return rules
+
+
+def new_tree(game: Game, config: MCTSConfig, selection: str) -> Any:
+    """A compiled tree for ``game`` searching by ``selection`` (an entry of the core's
+    ``SELECTIONS``), every knob the core names (``KNOBS``) taken from ``config`` by name."""
+    knobs = {name: getattr(config, name) for name in _mcts_core.KNOBS}  # type: ignore[union-attr]
+    return _mcts_core.Tree(core_rules(game), selection, **knobs)  # type: ignore[union-attr]
 
 
 def use_compiled(game: Game, config: MCTSConfig) -> bool:
@@ -225,14 +232,7 @@ class CompiledMCTS(CompiledSearch, PuctMoves):
         if not compiled_available(game):
             raise ValueError(f"the compiled MCTS does not support {game.name}")
         width = config.leaves_in_flight
-        self._tree = _mcts_core.Tree(  # type: ignore[union-attr]
-            core_rules(game),
-            config.c_puct,
-            config.fpu_reduction,
-            config.root_fpu_reduction,
-            width,
-            config.virtual_loss if width > 1 else 0.0,
-        )
+        self._tree = new_tree(game, config, "puct")
         self._leaf_shape = game.obs_shape if width == 1 else (width, *game.obs_shape)
 
     @property
@@ -284,17 +284,7 @@ class CompiledGumbel(CompiledSearch, GumbelMoves):
         super().__init__(game, config, rng)
         if not compiled_available(game):
             raise ValueError(f"the compiled Gumbel search does not support {game.name}")
-        self._tree = _mcts_core.Tree(  # type: ignore[union-attr]
-            core_rules(game),
-            0.0,
-            0.0,
-            0.0,
-            1,
-            0.0,
-            gumbel=True,
-            c_visit=config.c_visit,
-            c_scale=config.c_scale,
-        )
+        self._tree = new_tree(game, config, "gumbel")
 
     def prepare(self, add_noise: bool, sims: int) -> None:
         """The root's Gumbel draws (from this game's generator) and the halving schedule."""

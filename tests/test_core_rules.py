@@ -114,3 +114,18 @@ def test_superko_comes_from_the_history() -> None:
                 return
             s = go.apply(s, int(rng.choice(sorted(legal))))
     pytest.fail("no superko refusal in 400 random games")
+
+
+def test_every_game_file_is_in_the_table_and_has_a_reference() -> None:
+    """The table is built from the files of actors/core/games/ (setup.py): each file's game is
+    in it, and each is some built-in Python game's compiled rules (checked move by move by the
+    test above)."""
+    from pathlib import Path
+
+    from actors.games import BUILTIN_GAMES
+
+    files = {p.stem for p in (Path(__file__).parents[1] / "actors/core/games").glob("*.c")}
+    assert set(core.GAMES) == files
+    references = {core_name(make_game(name)) for name in BUILTIN_GAMES}
+    assert files <= references
+    assert {name for name in BUILTIN_GAMES if core_name(make_game(name))} <= set(GAMES)
