@@ -14,7 +14,8 @@ import pytest
 from actors.compiled_mcts import CompiledGumbel, compiled_available
 from actors.games import ConnectFour, Game, TicTacToe, make_game
 from actors.gumbel import GumbelSearch
-from actors.search import MCTSConfig, make_search
+from actors.search import MCTSConfig
+from actors.searches import make_search
 from actors.selfplay import SelfPlayStats, play_game
 from tests.test_compiled_mcts import assert_same, hashed, play_lockstep
 

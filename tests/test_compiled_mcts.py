@@ -14,7 +14,8 @@ import pytest
 from actors.compiled_mcts import CompiledMCTS, compiled_available, live_trees
 from actors.games import ConnectFour, Game, TicTacToe, make_game
 from actors.mcts import MCTS
-from actors.search import MCTSConfig, SearchResult, dirichlet, make_search
+from actors.search import MCTSConfig, SearchResult, dirichlet
+from actors.searches import make_search
 from actors.selfplay import SelfPlayStats, play_game
 
 pytestmark = pytest.mark.skipif(

@@ -19,7 +19,8 @@ from actors.compiled_mcts import core, core_rules, new_tree
 from actors.games import make_game
 from actors.gumbel import GumbelSearch
 from actors.mcts import MCTS
-from actors.search import MCTSConfig, make_search
+from actors.search import MCTSConfig
+from actors.searches import make_search
 from tests.test_compiled_mcts import hashed, play_lockstep
 
 pytestmark = pytest.mark.skipif(core is None, reason="actors._mcts_core was not built")

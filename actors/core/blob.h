@@ -37,6 +37,7 @@ static inline void fixed_rules(GameRules *r, int num_actions, int obs_size, int 
     r->state_size = state_size;
     r->max_plies = max_plies;
     r->history_item = 0;
+    r->hash_at = -1;
     r->data = NULL;
 }
 

@@ -9,8 +9,9 @@
  * what Python sees again.
  *
  * Games whose legality depends on the positions that came before (Go's positional superko)
- * give a `board_hash`; the tree answers `Repeats.seen(ctx, hash)` from the position's
- * ancestors in the tree and the game's history before the root. */
+ * keep their board's hash in the state (at `hash_at`, derived by load and play) and hash an
+ * earlier board with `item_hash`; the tree answers `Repeats.seen(ctx, hash)` from the
+ * position's ancestors in the tree and the game's history before the root. */
 #ifndef AZSERVE_GAMES_H
 #define AZSERVE_GAMES_H
 
@@ -35,6 +36,8 @@ typedef struct {
     int state_size;       /* blob_size + the derived bytes */
     int max_plies;        /* no game lasts longer: bounds a path from the root */
     int history_item;     /* bytes per earlier board in a history (0: the game keeps none) */
+    int hash_at;          /* where the state keeps its board's u64 hash (-1: legality never
+                           * depends on earlier positions) */
     void *data;           /* what `make` allocated (NULL for fixed games) */
 } GameRules;
 
@@ -60,9 +63,7 @@ struct GameDef {
                 double *tv);
     /* uint8 [C, H, W] planes from the side to move's view, as the Python game's encode. */
     void (*encode)(const GameRules *r, const unsigned char *state, unsigned char *out);
-    /* The hash of the state's board (NULL: legality never depends on earlier positions) */
-    uint64_t (*board_hash)(const GameRules *r, const unsigned char *state);
-    /* The hash of one history item (history_item bytes), the same as board_hash's */
+    /* The hash of one history item (history_item bytes), as the state keeps at hash_at */
     uint64_t (*item_hash)(const GameRules *r, const unsigned char *item);
 };
 

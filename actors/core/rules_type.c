@@ -86,7 +86,7 @@ static int rules_legal(const GameRules *g, const unsigned char *state, PyObject 
     if (load_history(&t, history) < 0) return -1;
     SeenCtx ctx = {&t, NULL, state};
     Repeats rep = {seen_before, &ctx};
-    int k = g->def->legal(g, state, g->def->board_hash ? &rep : NULL, acts);
+    int k = g->def->legal(g, state, g->hash_at >= 0 ? &rep : NULL, acts);
     free(t.history);
     return k;
 }

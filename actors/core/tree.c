@@ -24,11 +24,14 @@ static int in_history(const Tree *t, uint64_t h) {
 
 int seen_before(const void *ctx, uint64_t h) {
     const SeenCtx *c = (const SeenCtx *)ctx;
-    const GameRules *r = c->t->rules;
-    uint64_t (*hash)(const GameRules *, const unsigned char *) = r->def->board_hash;
-    if (hash(r, c->state) == h) return 1;
-    for (const Node *n = c->node; n; n = n->parent)
-        if (hash(r, n->state) == h) return 1;
+    const size_t at = (size_t)c->t->rules->hash_at;
+    uint64_t x;
+    memcpy(&x, c->state + at, 8);
+    if (x == h) return 1;
+    for (const Node *n = c->node; n; n = n->parent) {
+        memcpy(&x, n->state + at, 8);
+        if (x == h) return 1;
+    }
     return in_history(c->t, h);
 }
 
@@ -45,7 +48,7 @@ Node *new_node(Tree *t, Node *parent, const unsigned char *state, int terminal, 
     if (!terminal) {
         SeenCtx ctx = {t, parent, state};
         Repeats rep = {seen_before, &ctx};
-        k = g->def->legal(g, state, g->def->board_hash ? &rep : NULL, acts);
+        k = g->def->legal(g, state, g->hash_at >= 0 ? &rep : NULL, acts);
     }
     size_t edges = sizeof(Node) + (size_t)k * sizeof(Edge);
     Node *n = (Node *)malloc(edges + (size_t)k * sizeof(uint16_t) + (size_t)g->state_size);
@@ -83,13 +86,17 @@ Node *new_child(Tree *t, Node *parent, int i) {
 }
 
 
-void free_tree(Tree *t, Node *n) {
-    if (!n) return;
-    for (int j = 0; j < n->k; j++) free_tree(t, n->e[j].child);
+static void free_nodes(Tree *t, Node *n) {
+    for (int j = 0; j < n->k; j++)
+        if (n->e[j].child) free_nodes(t, n->e[j].child);
     g_live_nodes--;
     g_live_bytes -= (long long)node_bytes(t->rules, n->k);
     free(n);
     t->nodes--;
+}
+
+void free_tree(Tree *t, Node *n) {
+    if (n) free_nodes(t, n);
 }
 
 /* --- expansion (actors/mcts.py's _expand) ---------------------------------------------- */

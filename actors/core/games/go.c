@@ -11,6 +11,16 @@
 #include "../blob.h"
 
 #define GO_MAX_N 25 /* GTP's columns, A..Z without I (as actors/games/go.py) */
+/* The hot functions are written once with the size as a parameter and inlined into a copy per
+ * common size (9, 13, 19: loops of a known length) and a general one. */
+#define GO_INLINE static inline __attribute__((always_inline))
+#define GO_BY_SIZE(call_n, g)                                                                  \
+    switch ((g)->n) {                                                                          \
+    case 9: return call_n(9);                                                                  \
+    case 13: return call_n(13);                                                                \
+    case 19: return call_n(19);                                                                \
+    default: return call_n((g)->n);                                                            \
+    }
 #define GO_MAX_CELLS (GO_MAX_N * GO_MAX_N)
 
 typedef struct {
@@ -76,6 +86,7 @@ static int go_make(GameRules *r, const double *params, int n, const char **why) 
     r->state_size = g->blob + 8;
     r->max_plies = 2 * cells;
     r->history_item = cells;
+    r->hash_at = g->blob;
     r->data = g;
     return 0;
 }
@@ -90,10 +101,6 @@ static uint64_t go_item_hash(const GameRules *r, const unsigned char *board) {
     uint64_t h = 0;
     for (int i = 0; i < g->cells; i++) h ^= ZOBRIST[i][board[i] <= 2 ? board[i] : 0];
     return h;
-}
-
-static uint64_t go_board_hash(const GameRules *r, const unsigned char *s) {
-    return get_u64(s + ((const Go *)r->data)->blob);
 }
 
 static int go_load(const GameRules *r, const unsigned char *blob, unsigned char *state,
@@ -122,8 +129,8 @@ typedef struct {
     int n;
 } Chains;
 
-static void go_chains(const Go *g, const unsigned char *board, Chains *ch) {
-    int stack[GO_MAX_CELLS], cells = g->cells;
+GO_INLINE void go_chains(const Go *g, const unsigned char *board, Chains *ch, const int cells) {
+    int stack[GO_MAX_CELLS];
     unsigned char lib_seen[GO_MAX_CELLS];
     ch->n = 0;
     for (int i = 0; i < cells; i++) ch->group[i] = -1;
@@ -156,7 +163,7 @@ static void go_chains(const Go *g, const unsigned char *board, Chains *ch) {
 }
 
 /* Whether placing `color` at empty p is legal before superko; the board's hash after it. */
-static int go_placement(const Go *g, const unsigned char *board, const Chains *ch, uint64_t h,
+GO_INLINE int go_placement(const Go *g, const unsigned char *board, const Chains *ch, uint64_t h,
                         int p, int color, uint64_t *after) {
     int opp = 3 - color, ok = 0, taken[4], ntaken = 0;
     h ^= ZOBRIST[p][color];
@@ -183,19 +190,26 @@ static int go_placement(const Go *g, const unsigned char *board, const Chains *c
     return ok;
 }
 
-static int go_legal(const GameRules *r, const unsigned char *s, const Repeats *rep,
-                    uint16_t *out) {
-    const Go *g = (const Go *)r->data;
+GO_INLINE int go_legal_n(const Go *g, const unsigned char *s, const Repeats *rep, uint16_t *out,
+                         const int cells) {
     Chains ch;
-    go_chains(g, s, &ch);
-    int color = s[g->cells] + 1, k = 0;
-    uint64_t h = get_u64(s + g->blob), after;
-    for (int p = 0; p < g->cells; p++)
+    go_chains(g, s, &ch, cells);
+    int color = s[cells] + 1, k = 0;
+    uint64_t h = get_u64(s + cells + 4), after;
+    for (int p = 0; p < cells; p++)
         if (!s[p] && go_placement(g, s, &ch, h, p, color, &after) &&
             !(rep && rep->seen(rep->ctx, after)))
             out[k++] = (uint16_t)p;
-    out[k++] = (uint16_t)g->pass;
+    out[k++] = (uint16_t)cells;
     return k;
+}
+
+static int go_legal(const GameRules *r, const unsigned char *s, const Repeats *rep,
+                    uint16_t *out) {
+    const Go *g = (const Go *)r->data;
+#define LEGAL_N(n) go_legal_n(g, s, rep, out, (n) * (n))
+    GO_BY_SIZE(LEGAL_N, g)
+#undef LEGAL_N
 }
 
 /* Tromp-Taylor: black's area minus white's, minus komi. */
@@ -229,14 +243,12 @@ static double go_score(const Go *g, const unsigned char *board) {
     return (double)area[1] - (double)area[2] - g->komi;
 }
 
-static int go_play(const GameRules *r, const unsigned char *s, int a, unsigned char *next,
-                   double *tv) {
-    const Go *g = (const Go *)r->data;
-    int cells = g->cells;
+GO_INLINE int go_play_n(const Go *g, const unsigned char *s, int a,
+                        unsigned char *next, double *tv, const int cells) {
     int color = s[cells] + 1, passes = s[cells + 1], ply = get_u16(s + cells + 2) + 1;
-    uint64_t h = get_u64(s + g->blob);
+    uint64_t h = get_u64(s + cells + 4);
     memcpy(next, s, (size_t)cells);
-    if (a == g->pass) {
+    if (a == cells) {
         passes++;
     } else {
         int opp = 3 - color, stack[GO_MAX_CELLS];
@@ -274,19 +286,27 @@ static int go_play(const GameRules *r, const unsigned char *s, int a, unsigned c
     next[cells] = (unsigned char)(color == 1); /* the other side: 1 (white) after black */
     next[cells + 1] = (unsigned char)passes;
     put_u16(next + cells + 2, ply);
-    put_u64(next + g->blob, h);
-    if (passes < 2 && ply < r->max_plies) return 0;
+    put_u64(next + cells + 4, h);
+    if (passes < 2 && ply < 2 * cells) return 0;
     double black = go_score(g, next);
     double mine = next[cells] ? -black : black;
     *tv = mine > 0 ? 1.0 : mine < 0 ? -1.0 : 0.0;
     return 1;
 }
 
+static int go_play(const GameRules *r, const unsigned char *s, int a, unsigned char *next,
+                   double *tv) {
+    const Go *g = (const Go *)r->data;
+#define PLAY_N(n) go_play_n(g, s, a, next, tv, (n) * (n))
+    GO_BY_SIZE(PLAY_N, g)
+#undef PLAY_N
+}
+
 /* Planes: the side to move's stones, the opponent's, ones when black is to move, ones when the
  * last move was a pass; obs row 0 is the top row (board row N - 1). */
-static void go_encode(const GameRules *r, const unsigned char *s, unsigned char *out) {
-    const Go *g = (const Go *)r->data;
-    int N = g->n, cells = g->cells, me = s[cells] + 1;
+GO_INLINE void go_encode_n(const unsigned char *s, unsigned char *out, const int N) {
+    const int cells = N * N;
+    int me = s[cells] + 1;
     unsigned char black = s[cells] == 0, passed = s[cells + 1] > 0;
     for (int row = 0; row < N; row++)
         for (int c = 0; c < N; c++) {
@@ -296,6 +316,16 @@ static void go_encode(const GameRules *r, const unsigned char *s, unsigned char 
             out[2 * cells + o] = black;
             out[3 * cells + o] = passed;
         }
+}
+
+static void go_encode(const GameRules *r, const unsigned char *s, unsigned char *out) {
+    const Go *g = (const Go *)r->data;
+    switch (g->n) {
+    case 9: go_encode_n(s, out, 9); break;
+    case 13: go_encode_n(s, out, 13); break;
+    case 19: go_encode_n(s, out, 19); break;
+    default: go_encode_n(s, out, g->n);
+    }
 }
 
 const GameDef GAME_go = {
@@ -308,6 +338,5 @@ const GameDef GAME_go = {
     .legal = go_legal,
     .play = go_play,
     .encode = go_encode,
-    .board_hash = go_board_hash,
     .item_hash = go_item_hash,
 };
