@@ -24,7 +24,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 def go_checkpoint(directory: Path, config: str = "go9") -> Path:
     """A learner checkpoint of a one-block, 8-channel Go net (9x9 unless ``config`` says)."""
-    cfg = load_config(REPO / "configs" / f"{config}.toml", ["net.blocks=1", "net.channels=8", "backend.compile=none"])
+    cfg = load_config(
+        REPO / "configs" / f"{config}.toml",
+        ["net.blocks=1", "net.channels=8", "backend.compile=none"],
+    )
     trainer = Trainer(replace(cfg.net, seed=3), replace(cfg.trainer, device="cpu"))
     return save_checkpoint(directory / "checkpoints", 40, 5, trainer.state_dict(), to_dict(cfg))
 

@@ -180,7 +180,8 @@ def tiny_run(directory: Path, steps: tuple[int, ...]) -> Path:
     """A run directory of tiny random-weights Go 9x9 checkpoints (1 block, 8 channels) with
     metrics rows placing each step in time."""
     cfg = load_config(
-        REPO / "configs" / "go9.toml", ["net.blocks=1", "net.channels=8", "eval.sims=2", "backend.compile=none"]
+        REPO / "configs" / "go9.toml",
+        ["net.blocks=1", "net.channels=8", "eval.sims=2", "backend.compile=none"],
     )
     t0 = 1_700_000_000.0
     rows = []

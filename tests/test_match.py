@@ -145,9 +145,9 @@ def test_the_referee_scores_resignations_forfeits_and_disputes() -> None:
     assert (r.winner, r.reason, r.result, r.won) == (0, "forfeit", "B+F", True)
     r = play_one(go, 3, 0, Scripted([40]), Scripted([], refuse=40))
     assert (r.winner, r.reason, r.result) == (None, "disputed", "Void")
-    s = summarize([r, GameResult(4, 0, 0, "score", "B+3.5", [40, 81, 81])], "x")
+    s = summarize([r, GameResult(0, "score", "B+3.5", [40, 81, 81], index=4, our_color=0)], "x")
     assert s["games"] == 2 and s["disputed"] == 1 and s["wins"] == 1 and s["win_rate"] == 1.0
-    text = sgf(go, GameResult(0, 0, 0, "score", "B+3.5", [30, 81]), "a", "b]")
+    text = sgf(go, GameResult(0, "score", "B+3.5", [30, 81]), "a", "b]")
     assert (
         text == "(;GM[1]FF[4]CA[UTF-8]AP[azserve]SZ[9]KM[7.5]RU[Tromp-Taylor]PB[a]PW[b\\]]"
         "RE[B+3.5];B[df];W[])\n"

@@ -16,7 +16,7 @@ import datetime
 import json
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +26,11 @@ from azserve.app.referee import GameRecord, play_game, sgf
 
 
 @dataclass
-class GameResult:
-    """One game, from our side."""
+class GameResult(GameRecord):
+    """One game, from our side: the referee's record, our game number and our colour."""
 
-    index: int
-    our_color: int
-    winner: int | None
-    """0 black / first player, 1 white / second, None for a draw or a disputed game."""
-    reason: str
-    """``score``, ``resign``, ``forfeit`` (an illegal move by the loser) or ``disputed``."""
-    result: str
-    """SGF's RE: ``B+3.5``, ``W+R``, ``B+F``, ``0``, ``Void``."""
-    moves: list[int] = field(default_factory=list)
-    seconds: float = 0.0
-    scores: dict[str, str] = field(default_factory=dict)
-    """The referee's and the players' own scores of a game played to its end."""
-    why: str = ""
-    """For a disputed game, what was disputed."""
+    index: int = 0
+    our_color: int = 0
 
     @property
     def won(self) -> bool:
@@ -58,9 +46,7 @@ def play_one(game: Game, index: int, our_color: int, ours: Player, theirs: Playe
     """One refereed game with us as ``our_color``."""
     black, white = (ours, theirs) if our_color == 0 else (theirs, ours)
     r: GameRecord = play_game(game, black, white)
-    return GameResult(
-        index, our_color, r.winner, r.reason, r.result, r.moves, r.seconds, r.scores, r.why
-    )
+    return GameResult(**vars(r), index=index, our_color=our_color)
 
 
 def wilson(wins: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -163,7 +149,9 @@ def run_match(args: argparse.Namespace) -> int:
             results.append(r)
             names = [ours.name, opponent.name] if our_color == 0 else [opponent.name, ours.name]
             if hasattr(game, "size"):
-                (out_dir / f"game-{i:04d}.sgf").write_text(sgf(game, r, *names, date=today))
+                (out_dir / f"game-{i:04d}.sgf").write_text(
+                    sgf(game, r, names[0], names[1], date=today)
+                )
             else:
                 moves = " ".join(game.format_move(a) for a in r.moves)
                 (out_dir / f"game-{i:04d}.txt").write_text(f"{r.result} ({r.reason})\n{moves}\n")

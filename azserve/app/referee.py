@@ -120,7 +120,7 @@ def cross_check(record: GameRecord, players: Sequence[Player]) -> GameRecord:
 
 
 def sgf(game: Game, r: Any, black: str, white: str, date: str = "") -> str:
-    """A GameRecord (or a match's GameResult) as SGF (FF[4]); Go only. A disputed game's
+    """A GameRecord (a match's GameResult is one) as SGF (FF[4]); Go only. A disputed game's
     reason and every scorer's verdict go in its comment."""
     n = game.size  # type: ignore[attr-defined]
     letters = "abcdefghijklmnopqrs"
