@@ -17,8 +17,9 @@ typedef struct {
 
 extern PyTypeObject RulesType, TreeType, CacheType;
 
-/* The knobs a Tree takes by keyword (tree_type.c), NULL-terminated: MCTSConfig's fields. */
-extern const char *const KNOB_NAMES[];
+/* The knobs a Tree takes by keyword (tree_type.c): MCTSConfig's fields of those names. */
+int knob_count(void);
+const char *knob_name(int i);
 
 /* A writable C-contiguous buffer of at least `need` bytes (-1 with ValueError). */
 int write_buffer(PyObject *out, Py_buffer *view, Py_ssize_t need);

@@ -76,7 +76,6 @@ static PyObject *names_tuple(const char *(*name)(int), int count) {
 
 static const char *game_name(int i) { return GAME_TABLE[i]->name; }
 static const char *selection_name(int i) { return SELECTIONS[i]->name; }
-static const char *knob_name(int i) { return KNOB_NAMES[i]; }
 
 static int count_games(void) {
     int n = 0;
@@ -87,12 +86,6 @@ static int count_games(void) {
 static int count_selections(void) {
     int n = 0;
     while (SELECTIONS[n]) n++;
-    return n;
-}
-
-static int count_knobs(void) {
-    int n = 0;
-    while (KNOB_NAMES[n]) n++;
     return n;
 }
 
@@ -117,7 +110,7 @@ PyMODINIT_FUNC PyInit__mcts_core(void) {
     Py_INCREF(&CacheType);
     if (add(m, "GAMES", names_tuple(game_name, count_games())) < 0 ||
         add(m, "SELECTIONS", names_tuple(selection_name, count_selections())) < 0 ||
-        add(m, "KNOBS", names_tuple(knob_name, count_knobs())) < 0 ||
+        add(m, "KNOBS", names_tuple(knob_name, knob_count())) < 0 ||
         PyModule_AddIntConstant(m, "ABI", CORE_ABI) < 0 ||
         PyModule_AddIntConstant(m, "CACHE_ENTRY_OVERHEAD", (long)CACHE_ENTRY_OVERHEAD) < 0 ||
         add(m, "Tree", (PyObject *)&TreeType) < 0 || add(m, "Rules", (PyObject *)&RulesType) < 0 ||

@@ -57,9 +57,9 @@ static const Knob KNOBS[] = {
 };
 #define NKNOBS ((int)(sizeof KNOBS / sizeof KNOBS[0]))
 
-const char *const KNOB_NAMES[] = {"c_puct", "fpu_reduction", "root_fpu_reduction",
-                                  "leaves_in_flight", "virtual_loss", "c_visit", "c_scale",
-                                  NULL};
+int knob_count(void) { return NKNOBS; }
+
+const char *knob_name(int i) { return KNOBS[i].name; }
 
 /* Every knob from the keywords (each required: a missing or unknown one is a TypeError). */
 static int set_knobs(Tree *t, PyObject *kw) {
