@@ -79,9 +79,11 @@ def bottleneck_line(rows: list[dict[str, Any]]) -> str:
     counts: dict[str, int] = {}
     for b in named:
         counts[b] = counts.get(b, 0) + 1
+    shares = [(b, n / len(named)) for b, n in sorted(counts.items(), key=lambda kv: -kv[1])]
     parts = [
-        f"{b} in {n / len(named):.0%}" + (" of status rows" if i == 0 else "")
-        for i, (b, n) in enumerate(sorted(counts.items(), key=lambda kv: -kv[1]))
+        f"{b} in {share:.0%}" + (" of status rows" if i == 0 else "")
+        for i, (b, share) in enumerate(shares)
+        if i == 0 or share >= 0.005  # "actor in 0%" says nothing
     ]
     return "\nbottleneck: " + ", ".join(parts)
 
