@@ -11,7 +11,7 @@ awaits the injected ``evaluate`` once per leaf (``asyncio.gather`` for several P
 flight) and draws the Dirichlet or Gumbel noise from the same generator in the same order.
 
 The compiled core plays the games of its table (actors/core/games/: a game's ``core_name``, at
-its ``core_params``; the tree holds the game's ``core_state`` bytes); ``actors.search.make_search`` takes the Python
+its ``core_params``; the tree holds the game's ``core_state`` bytes); ``actors.searches.make_search`` takes the Python
 search for any other game, for ``MCTSConfig.core = "python"``, or when the extension was not
 built (no C compiler at install time): ``use_compiled`` decides.
 """

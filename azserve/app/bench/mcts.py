@@ -5,7 +5,7 @@
 
 Contenders, each playing whole self-play games move by move:
 
-- ``azserve``: the search the actors run (``actors.search.make_search``: the compiled tree where it was built)
+- ``azserve``: the search the actors run (``actors.searches.make_search``: the compiled tree where it was built)
   with a zero-cost evaluator (uniform logits, value 0), tree reuse and root noise as in
   self-play; each simulation still encodes its leaf, as the actors must;
 - ``azserve_in_flight``: the same with ``--in-flight`` leaves per round (virtual loss,
