@@ -13,8 +13,10 @@ TESTS ?=
 
 .PHONY: venv train test fuzz lint docs clean distclean
 
-# setup.py builds the compiled MCTS core (actors/_mcts_core.c): a changed source reinstalls.
-$(BIN)/azserve: pyproject.toml setup.py actors/_mcts_core.c actors/_games.c actors/_games.h
+# setup.py builds the compiled MCTS core (actors/core/, its games in actors/core/games/): a
+# changed, added or removed source reinstalls.
+CORE_SOURCES := $(wildcard actors/core/*.c actors/core/*.h actors/core/games/*.c)
+$(BIN)/azserve: pyproject.toml setup.py $(CORE_SOURCES) actors/core/games
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	# torch first, pinned, so that installing the project never resolves another build.
 	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))

@@ -16,7 +16,7 @@ _LAZY = {
     "CompiledMCTS": "actors.compiled_mcts",
     "CompiledGumbel": "actors.compiled_mcts",
     "GumbelSearch": "actors.gumbel",
-    "make_search": "actors.search",
+    "make_search": "actors.searches",
     "SelfPlay": "actors.selfplay",
     "SelfPlayStats": "actors.selfplay",
     "play_game": "actors.selfplay",

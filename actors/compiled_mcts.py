@@ -10,8 +10,8 @@ the Python searches, the oracles). Only the tree and its arithmetic move to C: t
 awaits the injected ``evaluate`` once per leaf (``asyncio.gather`` for several PUCT leaves in
 flight) and draws the Dirichlet or Gumbel noise from the same generator in the same order.
 
-The compiled core plays the games of its table (actors/_games.c: a game's ``core_name``; the
-tree holds the game's ``core_state`` bytes); ``actors.search.make_search`` takes the Python
+The compiled core plays the games of its table (actors/core/games/: a game's ``core_name``, at
+its ``core_params``; the tree holds the game's ``core_state`` bytes); ``actors.searches.make_search`` takes the Python
 search for any other game, for ``MCTSConfig.core = "python"``, or when the extension was not
 built (no C compiler at install time): ``use_compiled`` decides.
 """
@@ -39,8 +39,8 @@ from actors.search import (
 
 log = logging.getLogger("actors.compiled_mcts")
 
-_ABI = 4
-"""The interface of actors/_mcts_core.c this module drives (its ``ABI``); a build of an older
+_ABI = 6
+"""The interface of actors/core/ this module drives (its ``ABI``); a build of an older
 source (the C file changed, ``pip install -e .`` not run again) is not used."""
 
 
@@ -51,7 +51,7 @@ def _checked_core(module: Any) -> tuple[Any, str]:
     abi = getattr(module, "ABI", 1)
     if abi != _ABI:
         why = (
-            f"{module.__file__} was built from an older actors/_mcts_core.c (ABI {abi}, this "
+            f"{module.__file__} was built from an older actors/core/ (ABI {abi}, this "
             f"code needs {_ABI}); rebuild it with `pip install -e .`"
         )
         log.warning("the compiled MCTS is not used: %s", why)
@@ -94,6 +94,32 @@ def core_name(game: Game) -> str | None:
     inherited, since a subclass may change the rules the name stands for."""
     name = vars(game).get("core_name", type(game).__dict__.get("core_name"))
     return name if isinstance(name, str) else None
+
+
+def core_params(game: Game) -> tuple[float, ...]:
+    """The parameters of ``game``'s compiled rules (Go: size, komi), read as ``core_name``."""
+    params = vars(game).get("core_params", type(game).__dict__.get("core_params", ()))
+    return tuple(params)
+
+
+_RULES: dict[tuple[str | None, tuple[float, ...]], Any] = {}
+
+
+def core_rules(game: Game) -> Any:
+    """``game``'s compiled rules (``_mcts_core.Rules``), made once per name and parameters and
+    shared by every tree of the process."""
+    key = (core_name(game), core_params(game))
+    rules = _RULES.get(key)
+    if rules is None:
+        rules = _RULES[key] = _mcts_core.Rules(key[0], *key[1])  # type: ignore[union-attr]
+    return rules
+
+
+def new_tree(game: Game, config: MCTSConfig, selection: str) -> Any:
+    """A compiled tree for ``game`` searching by ``selection`` (an entry of the core's
+    ``SELECTIONS``), every knob the core names (``KNOBS``) taken from ``config`` by name."""
+    knobs = {name: getattr(config, name) for name in _mcts_core.KNOBS}  # type: ignore[union-attr]
+    return _mcts_core.Tree(core_rules(game), selection, **knobs)  # type: ignore[union-attr]
 
 
 def use_compiled(game: Game, config: MCTSConfig) -> bool:
@@ -206,14 +232,7 @@ class CompiledMCTS(CompiledSearch, PuctMoves):
         if not compiled_available(game):
             raise ValueError(f"the compiled MCTS does not support {game.name}")
         width = config.leaves_in_flight
-        self._tree = _mcts_core.Tree(  # type: ignore[union-attr]
-            core_name(game),
-            config.c_puct,
-            config.fpu_reduction,
-            config.root_fpu_reduction,
-            width,
-            config.virtual_loss if width > 1 else 0.0,
-        )
+        self._tree = new_tree(game, config, "puct")
         self._leaf_shape = game.obs_shape if width == 1 else (width, *game.obs_shape)
 
     @property
@@ -265,17 +284,7 @@ class CompiledGumbel(CompiledSearch, GumbelMoves):
         super().__init__(game, config, rng)
         if not compiled_available(game):
             raise ValueError(f"the compiled Gumbel search does not support {game.name}")
-        self._tree = _mcts_core.Tree(  # type: ignore[union-attr]
-            core_name(game),
-            0.0,
-            0.0,
-            0.0,
-            1,
-            0.0,
-            gumbel=True,
-            c_visit=config.c_visit,
-            c_scale=config.c_scale,
-        )
+        self._tree = new_tree(game, config, "gumbel")
 
     def prepare(self, add_noise: bool, sims: int) -> None:
         """The root's Gumbel draws (from this game's generator) and the halving schedule."""

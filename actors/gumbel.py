@@ -9,7 +9,7 @@ completed-Q transform is mctx's ``qtransform_completed_by_mix_value`` (unvisited
 the mixed value, Q is rescaled to [0, 1], then multiplied by ``(c_visit + max n) * c_scale``).
 
 Like the PUCT search (``actors/mcts.py``) it is pure and awaits only the injected
-``evaluate(obs) -> (logits, value)``; it shares that module's node layout and sign convention
+``evaluate(obs) -> (logits, value)``; it shares that module's node layout and sign convention (``actors.nodes``)
 (``w[i]`` for the side to move at the node owning the edge), so ``advance`` reuses subtrees the
 same way. It evaluates one leaf at a time (``leaves_in_flight`` is a PUCT knob): the schedule is
 sequential, and self-play batches across games anyway.
@@ -23,7 +23,7 @@ from math import exp, log
 import numpy as np
 
 from actors.games.base import Game, State
-from actors.mcts import _backup, _expand, _Node, count_nodes, subtree
+from actors.nodes import Node, backup, count_nodes, expand, subtree
 from actors.search import (
     Evaluate,
     GumbelMoves,
@@ -97,7 +97,7 @@ def _logits(prior: list[float]) -> list[float]:
     return [log(max(p, _TINY)) for p in prior]
 
 
-class _GNode(_Node):
+class _GNode(Node):
     """A node that also keeps its network value (the mixed value needs it)."""
 
     __slots__ = ("raw_value",)
@@ -203,7 +203,7 @@ class GumbelSearch(GumbelMoves):
         returns the evaluations made (0 at a terminal leaf)."""
         cfg, game = self.config, self.game
         node, i = root, first
-        path: list[tuple[_Node, int]] = []
+        path: list[tuple[Node, int]] = []
         while True:
             node.n[i] += 1
             node.visits += 1
@@ -216,19 +216,19 @@ class GumbelSearch(GumbelMoves):
                 else:
                     logits, value = await evaluate(game.encode(child.state))
                     self._expand(child, logits, value)  # type: ignore[arg-type]
-                    _backup(path, float(value), 0.0)
+                    backup(path, float(value), 0.0)
                     return 1
             if child.terminal_value is not None:
                 child.visits += 1
                 child.value_sum += child.terminal_value
-                _backup(path, child.terminal_value, 0.0)
+                backup(path, child.terminal_value, 0.0)
                 return 0
             node = child  # type: ignore[assignment]
             i = _interior_action(node, cfg.c_visit, cfg.c_scale)  # type: ignore[arg-type]
 
     def _expand(self, node: _GNode, logits: np.ndarray, value: float) -> None:
-        """``mcts._expand``, keeping the network's value too."""
-        _expand(self.game, node, logits, value)
+        """``nodes.expand``, keeping the network's value too."""
+        expand(self.game, node, logits, value)
         node.raw_value = float(value)
 
     def encode_root(self, state: State) -> np.ndarray:

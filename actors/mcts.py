@@ -13,11 +13,12 @@ Turns alternate (the ``Game`` contract), so a value flips sign at every ply of t
 from __future__ import annotations
 
 import asyncio
-from math import exp, inf, sqrt
+from math import inf, sqrt
 
 import numpy as np
 
 from actors.games.base import Game, State
+from actors.nodes import Node, backup, count_nodes, expand, subtree, undo
 from actors.search import (
     Evaluate,
     MCTSConfig,
@@ -26,47 +27,6 @@ from actors.search import (
     dirichlet,
     require_live,
 )
-
-
-class _Node:
-    """A position in the tree; children's statistics live in the parent's flat lists."""
-
-    __slots__ = (
-        "state",
-        "actions",
-        "p",
-        "n",
-        "w",
-        "children",
-        "visits",
-        "value_sum",
-        "visited_prior",
-        "terminal_value",
-        "clean_p",
-    )
-
-    def __init__(self, state: State) -> None:
-        self.state = state
-        self.actions: list[int] | None = None  # legal actions; None until expanded
-        self.p: list[float] = []  # priors, aligned with actions
-        self.n: list[int] = []  # visit counts, including leaves in flight
-        self.w: list[float] = []  # value sums for this node's side to move
-        self.children: list[_Node | None] = []
-        self.visits = 0  # own evaluation + simulations through this node
-        self.value_sum = 0.0  # for this node's side to move
-        self.visited_prior = 0.0  # prior mass of children with n > 0, for FPU
-        self.terminal_value: float | None = None  # set on terminal nodes (never expanded)
-        self.clean_p: list[float] | None = None  # root priors before Dirichlet noise
-
-
-def _masked_softmax(logits: np.ndarray, actions: list[int]) -> list[float]:
-    """Softmax of ``logits`` (float [A]) restricted to ``actions``, aligned with them."""
-    values = logits.tolist()
-    legal = [values[a] for a in actions]
-    top = max(legal)
-    exps = [exp(x - top) for x in legal]
-    total = sum(exps)
-    return [e / total for e in exps]
 
 
 class MCTS(PuctMoves):
@@ -81,7 +41,7 @@ class MCTS(PuctMoves):
 
     def __init__(self, game: Game, config: MCTSConfig, rng: np.random.Generator) -> None:
         super().__init__(game, config, rng)
-        self._root: _Node | None = None
+        self._root: Node | None = None
 
     async def search(
         self,
@@ -100,7 +60,7 @@ class MCTS(PuctMoves):
         require_live(game, state)
         root = self._root
         if root is None or root.state != state:
-            root = self._root = _Node(state)
+            root = self._root = Node(state)
         try:
             evaluations = 0
             if root.actions is None:
@@ -133,10 +93,10 @@ class MCTS(PuctMoves):
         """Nodes held by the tree (a walk: for tests and diagnostics, not the hot path)."""
         return count_nodes(self._root)
 
-    def _expand(self, node: _Node, logits: np.ndarray, value: float) -> None:
-        _expand(self.game, node, logits, value)
+    def _expand(self, node: Node, logits: np.ndarray, value: float) -> None:
+        expand(self.game, node, logits, value)
 
-    def _set_root_priors(self, root: _Node, add_noise: bool) -> None:
+    def _set_root_priors(self, root: Node, add_noise: bool) -> None:
         """Mix fresh Dirichlet noise into the root priors, or restore the clean ones."""
         if root.clean_p is not None:
             root.p, root.clean_p = root.clean_p, None
@@ -149,7 +109,7 @@ class MCTS(PuctMoves):
             root.p = [(1 - f) * p + f * x for p, x in zip(root.p, noise, strict=True)]
         root.visited_prior = sum(p for p, ni in zip(root.p, root.n, strict=True) if ni)
 
-    async def _simulate(self, root: _Node, evaluate: Evaluate, count: int) -> int:
+    async def _simulate(self, root: Node, evaluate: Evaluate, count: int) -> int:
         """Run ``count`` simulations from expanded ``root``; returns the evaluations made.
 
         Each round descends up to ``leaves_in_flight`` times, with virtual loss on the edges
@@ -169,10 +129,10 @@ class MCTS(PuctMoves):
         vl = cfg.virtual_loss if width > 1 else 0.0
         done = evaluations = 0
         while done < count:
-            batch: list[tuple[_Node, list[tuple[_Node, int]]]] = []
+            batch: list[tuple[Node, list[tuple[Node, int]]]] = []
             while done + len(batch) < count and len(batch) < width:
                 node, reduction = root, root_fpu_reduction
-                path: list[tuple[_Node, int]] = []
+                path: list[tuple[Node, int]] = []
                 created = False
                 while True:
                     # PUCT selection, inlined because this loop is the hot path: Q + U with
@@ -196,7 +156,7 @@ class MCTS(PuctMoves):
                     path.append((node, i))
                     child = node.children[i]
                     if child is None:
-                        child = node.children[i] = _Node(apply(node.state, node.actions[i]))  # type: ignore[index]
+                        child = node.children[i] = Node(apply(node.state, node.actions[i]))  # type: ignore[index]
                         created = True
                         if is_terminal(child.state):
                             child.terminal_value = game.terminal_value(child.state)
@@ -209,10 +169,10 @@ class MCTS(PuctMoves):
                 if child.terminal_value is not None:
                     child.visits += 1
                     child.value_sum += child.terminal_value
-                    _backup(path, child.terminal_value, vl)
+                    backup(path, child.terminal_value, vl)
                     done += 1
                 elif not created:
-                    _undo(path, vl)
+                    undo(path, vl)
                     break
             if not batch:
                 continue
@@ -224,63 +184,7 @@ class MCTS(PuctMoves):
                 )
             for (leaf, path), (logits, value) in zip(batch, results, strict=True):
                 self._expand(leaf, logits, value)
-                _backup(path, float(value), vl)
+                backup(path, float(value), vl)
             done += len(batch)
             evaluations += len(batch)
         return evaluations
-
-
-def _expand(game: Game, node: _Node, logits: np.ndarray, value: float) -> None:
-    """Give ``node`` its children (priors from ``logits``) and count its own evaluation."""
-    if logits.shape != (game.num_actions,):
-        raise ValueError(
-            f"evaluate returned logits of shape {logits.shape}, expected ({game.num_actions},)"
-        )
-    actions = game.legal_actions(node.state)
-    k = len(actions)
-    node.actions = actions
-    node.p = _masked_softmax(logits, actions)
-    node.n = [0] * k
-    node.w = [0.0] * k
-    node.children = [None] * k
-    node.visits += 1
-    node.value_sum += float(value)
-
-
-def _backup(path: list[tuple[_Node, int]], value: float, vl: float) -> None:
-    """Add a leaf's ``value`` (for its side to move) along ``path``, lifting virtual loss."""
-    for node, i in reversed(path):
-        value = -value
-        node.w[i] += value + vl
-        node.value_sum += value
-
-
-def _undo(path: list[tuple[_Node, int]], vl: float) -> None:
-    """Take back a collided descent: its visits and virtual loss on every edge of ``path``.
-
-    Every edge of ``path`` was visited before (by the descent that put the leaf in flight),
-    so no visit count returns to zero and ``visited_prior`` stays right.
-    """
-    for node, i in path:
-        node.n[i] -= 1
-        node.visits -= 1
-        node.w[i] += vl
-
-
-def subtree(root: _Node | None, action: int, reuse: bool) -> _Node | None:
-    """The root after ``action`` is played: the child's subtree when ``reuse`` and it was
-    expanded, else None (a fresh tree)."""
-    if not reuse or root is None or root.actions is None or action not in root.actions:
-        return None
-    child = root.children[root.actions.index(action)]
-    return child if child is not None and child.actions is not None else None
-
-
-def count_nodes(root: _Node | None) -> int:
-    """Nodes in the tree below ``root``, itself included."""
-    stack, n = ([root] if root is not None else []), 0
-    while stack:
-        node = stack.pop()
-        n += 1
-        stack.extend(c for c in node.children if c is not None)
-    return n

@@ -1,7 +1,7 @@
 """The search interface, in the spirit of DeepMind's mctx: one protocol that PUCT
 (``actors/mcts.py``) and Gumbel AlphaZero (``actors/gumbel.py``) both implement, each as a Python
 reference and a compiled form (``actors/compiled_mcts.py``, the tree in C), chosen by
-``mcts.algorithm`` and ``mcts.core`` in one factory, ``make_search``.
+``mcts.algorithm`` and ``mcts.core`` in one factory, ``actors.searches.make_search``.
 
 A search belongs to one game and keeps its tree from move to move (``Search``):
 
@@ -339,26 +339,6 @@ class GumbelMoves(_Rules):
         return result.policy
 
 
-def make_search(game: Game, config: MCTSConfig, rng: np.random.Generator) -> Search:
-    """The search ``config.algorithm`` names, compiled where ``config.core`` allows it
-    (``compiled``: an error when the compiled core cannot play ``game``)."""
-    # Imported here: the implementations import this module for the interface.
-    from actors import compiled_mcts
-
-    compiled = compiled_mcts.use_compiled(game, config)
-    if config.algorithm == "gumbel":
-        if compiled:
-            return compiled_mcts.CompiledGumbel(game, config, rng)
-        from actors.gumbel import GumbelSearch
-
-        return GumbelSearch(game, config, rng)
-    if compiled:
-        return compiled_mcts.CompiledMCTS(game, config, rng)
-    from actors.mcts import MCTS
-
-    return MCTS(game, config, rng)
-
-
 __all__ = [
     "Evaluate",
     "GumbelMoves",
@@ -369,7 +349,6 @@ __all__ = [
     "SearchResult",
     "considered_visits",
     "dirichlet",
-    "make_search",
     "require_live",
     "sample_tempered",
 ]

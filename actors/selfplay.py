@@ -21,7 +21,8 @@ from actors.compiled_mcts import live_trees
 from actors.config import ActorsConfig
 from actors.evalcache import EvalCache
 from actors.games import Game, State, make_game
-from actors.search import MCTSConfig, Search, SearchResult, make_search
+from actors.search import MCTSConfig, Search, SearchResult
+from actors.searches import make_search
 from actors.searchpool import SearchPool
 from actors.sinks import TrajectorySink
 from azserve import protocol as P

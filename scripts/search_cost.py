@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from actors.games import ConnectFour
-from actors.search import MCTSConfig, make_search
+from actors.search import MCTSConfig
+from actors.searches import make_search
 
 
 class Contender:

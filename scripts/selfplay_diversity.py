@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from actors.search import make_search
+from actors.searches import make_search
 from azserve.app.agent import agent_from_checkpoint
 from azserve.app.config import apply_overrides, from_dict
 from azserve.app.schema import Config

@@ -17,7 +17,7 @@ import numpy as np
 
 from actors.compiled_mcts import live_trees
 from actors.games import make_game
-from actors.search import make_search
+from actors.searches import make_search
 from azserve.app.presets import resolve_config
 from azserve.app.schema import load_config
 

@@ -14,7 +14,8 @@ import pytest
 from actors.compiled_mcts import CompiledGumbel, compiled_available
 from actors.games import ConnectFour, Game, TicTacToe, make_game
 from actors.gumbel import GumbelSearch
-from actors.search import MCTSConfig, make_search
+from actors.search import MCTSConfig
+from actors.searches import make_search
 from actors.selfplay import SelfPlayStats, play_game
 from tests.test_compiled_mcts import assert_same, hashed, play_lockstep
 
@@ -59,7 +60,7 @@ async def test_whole_games_match_the_python_search(game: Game, name: str) -> Non
 
 
 @pytest.mark.parametrize("name", ["default", "many_sims", "hot_opening"])
-@pytest.mark.parametrize("game_name", ["othello", "go9"])
+@pytest.mark.parametrize("game_name", ["othello", "go9", "go13"])
 async def test_whole_games_of_othello_and_go_match_the_python_search(
     game_name: str, name: str
 ) -> None:

@@ -14,7 +14,8 @@ import pytest
 from actors.compiled_mcts import CompiledMCTS, compiled_available, live_trees
 from actors.games import ConnectFour, Game, TicTacToe, make_game
 from actors.mcts import MCTS
-from actors.search import MCTSConfig, SearchResult, dirichlet, make_search
+from actors.search import MCTSConfig, SearchResult, dirichlet
+from actors.searches import make_search
 from actors.selfplay import SelfPlayStats, play_game
 
 pytestmark = pytest.mark.skipif(
@@ -40,9 +41,9 @@ def _actions(obs: np.ndarray) -> int:
     return ACTIONS[obs.shape[-2:]]
 
 
-ACTIONS = {(6, 7): 7, (3, 3): 9, (8, 8): 65, (9, 9): 82}
-"""The policy width of each game's board (Connect Four, tic-tac-toe, Othello, Go 9x9), by
-its planes' height and width (callers may add planes: tests/test_searchpool.py)."""
+ACTIONS = {(6, 7): 7, (3, 3): 9, (8, 8): 65, (9, 9): 82, (13, 13): 170, (19, 19): 362}
+"""The policy width of each game's board (Connect Four, tic-tac-toe, Othello, Go 9x9, 13x13,
+19x19), by its planes' height and width (callers may add planes: tests/test_searchpool.py)."""
 
 
 CONFIGS = {
@@ -111,7 +112,7 @@ async def test_whole_games_match_the_python_search(game: Game, name: str) -> Non
 
 
 @pytest.mark.parametrize("name", ["default", "in_flight_vl3", "no_reuse"])
-@pytest.mark.parametrize("game_name", ["othello", "go9"])
+@pytest.mark.parametrize("game_name", ["othello", "go9", "go13"])
 async def test_whole_games_of_othello_and_go_match_the_python_search(
     game_name: str, name: str
 ) -> None:
@@ -320,6 +321,6 @@ def test_a_stale_build_of_the_core_is_not_used(caplog: pytest.LogCaptureFixture)
     for stale in (SimpleNamespace(__file__="old.so"), SimpleNamespace(__file__="old.so", ABI=1)):
         core, why = compiled_mcts._checked_core(stale)
         assert core is None
-        assert "older actors/_mcts_core.c (ABI 1" in why and "pip install -e ." in why
+        assert "older actors/core/ (ABI 1" in why and "pip install -e ." in why
     assert "rebuild it with `pip install -e .`" in caplog.text
     assert compiled_mcts._checked_core(None) == (None, "it was not built")

@@ -1,7 +1,7 @@
-"""The compiled core's table of games (actors/_games.c) against the pure-Python references, move
-by move over random games: the same legal actions, successor states (byte for byte), terminal
-flags, values and encoded planes. tests/test_openspiel_rules.py checks the references (and,
-through ``CoreRules`` here, the compiled rules) against OpenSpiel."""
+"""The compiled core's table of games (actors/core/games/) against the pure-Python references,
+move by move over random games: the same legal actions, successor states (byte for byte),
+terminal flags, values and encoded planes. tests/test_openspiel_rules.py checks the references
+and the compiled rules against OpenSpiel."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import os
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import core, core_name
+from actors.compiled_mcts import core, core_name, core_rules
 from actors.games import make_game
 
 pytestmark = pytest.mark.skipif(core is None, reason="actors._mcts_core was not built")
 
-GAMES = {"tictactoe": 300, "connect4": 300, "othello": 200, "go9": 40}
+GAMES = {"tictactoe": 300, "connect4": 300, "othello": 200, "go9": 40, "go13": 8, "go19": 3}
 """Random games per game (AZSERVE_RULES_SCALE multiplies them for a long run)."""
 
 
@@ -26,8 +26,8 @@ def _games(name: str) -> int:
 @pytest.mark.parametrize("name", sorted(GAMES))
 def test_the_core_plays_every_game_as_its_reference(name: str) -> None:
     game = make_game(name)
-    cname = core_name(game)
-    assert cname in core.GAMES
+    assert core_name(game) in core.GAMES
+    rules = core_rules(game)
     rng = np.random.default_rng(7)
     positions = 0
     for g in range(_games(name)):
@@ -35,12 +35,12 @@ def test_the_core_plays_every_game_as_its_reference(name: str) -> None:
         while True:
             blob, history = game.core_state(s)
             where = f"{name} game {g}, moves {moves}:\n{game.render(s)}"
-            assert core.game_encode(cname, blob) == game.encode(s).tobytes(), where
+            assert rules.encode(blob) == game.encode(s).tobytes(), where
             legal = list(game.legal_actions(s))
-            assert core.game_legal(cname, blob, history) == legal, where
+            assert rules.legal(blob, history) == legal, where
             positions += 1
             a = int(rng.choice(legal))
-            nxt, terminal, value = core.game_play(cname, blob, history, a)
+            nxt, terminal, value = rules.play(blob, history, a)
             s = game.apply(s, a)
             moves.append(a)
             assert nxt == game.core_state(s)[0], where + f"\nafter {a}"
@@ -53,21 +53,45 @@ def test_the_core_plays_every_game_as_its_reference(name: str) -> None:
 
 def test_the_core_refuses_bad_blobs_and_illegal_moves() -> None:
     go = make_game("go9")
+    rules = core_rules(go)
     blob, history = go.core_state(go.initial_state())
     with pytest.raises(ValueError, match="go9: a state blob of 3 bytes, expected 85"):
-        core.game_legal("go9", b"abc", b"")
-    with pytest.raises(ValueError, match="not a Go 9x9 position"):
-        core.game_legal("go9", b"\x07" + blob[1:], b"")
+        rules.legal(b"abc", b"")
+    with pytest.raises(ValueError, match="not a Go position"):
+        rules.legal(b"\x07" + blob[1:], b"")
     with pytest.raises(ValueError, match="not whole boards"):
-        core.game_legal("go9", blob, history + b"x")
-    with pytest.raises(ValueError, match="unsupported game chess .*knows connect4, tictactoe"):
-        core.game_legal("chess", blob, b"")
+        rules.legal(blob, history + b"x")
+    with pytest.raises(ValueError, match="unsupported game chess .*knows connect4, go"):
+        core.Rules("chess")
+    with pytest.raises(ValueError, match="board size must be a whole number in 2..25"):
+        core.Rules("go", 26, 7.5)
+    with pytest.raises(TypeError, match="at most 2 parameters"):
+        core.Rules("go", 9, 7.5, 1)
     s = go.apply(go.initial_state(), 40)
     with pytest.raises(ValueError, match="go9: action 40 is illegal"):
-        core.game_play("go9", *go.core_state(s), 40)
+        rules.play(*go.core_state(s), 40)
     c4 = make_game("connect4")
     with pytest.raises(ValueError, match="connect4 keeps no history"):
-        core.game_legal("connect4", c4.core_state(c4.initial_state())[0], b"\0" * 81)
+        core_rules(c4).legal(c4.core_state(c4.initial_state())[0], b"\0" * 81)
+
+
+@pytest.mark.parametrize("size", [2, 5, 9, 13, 19, 25])
+def test_go_rules_are_sized_at_run_time(size: int) -> None:
+    """Go's compiled rules take the board's size and komi from the game: their sizes, and a
+    komi that decides an empty board's score."""
+    from actors.games.go import Go
+
+    for komi in (7.5, -0.5):
+        game = Go(size, komi)
+        rules = core_rules(game)
+        assert (rules.label, rules.game) == (f"go{size}", "go")
+        assert rules.num_actions == game.num_actions == size * size + 1
+        assert rules.obs_size == 4 * size * size and rules.max_plies == 2 * size * size
+        s = game.apply(game.apply(game.initial_state(), size * size), size * size)
+        blob, history = game.core_state(game.apply(game.initial_state(), size * size))
+        _, terminal, value = rules.play(blob, history, size * size)
+        # Two passes on an empty board: komi decides, for the side to move (black) there.
+        assert terminal and value == game.terminal_value(s) == (-1.0 if komi > 0 else 1.0)
 
 
 def test_superko_comes_from_the_history() -> None:
@@ -83,10 +107,25 @@ def test_superko_comes_from_the_history() -> None:
         while not go.is_terminal(s):
             blob, history = go.core_state(s)
             legal = set(go.legal_actions(s))
-            free = set(core.game_legal("go9", blob, b""))
+            free = set(core_rules(go).legal(blob, b""))
             if free - legal:
                 assert free - legal <= {a for a in range(n * n) if blob[a] == 0}
-                assert set(core.game_legal("go9", blob, history)) == legal
+                assert set(core_rules(go).legal(blob, history)) == legal
                 return
             s = go.apply(s, int(rng.choice(sorted(legal))))
     pytest.fail("no superko refusal in 400 random games")
+
+
+def test_every_game_file_is_in_the_table_and_has_a_reference() -> None:
+    """The table is built from the files of actors/core/games/ (setup.py): each file's game is
+    in it, and each is some built-in Python game's compiled rules (checked move by move by the
+    test above)."""
+    from pathlib import Path
+
+    from actors.games import BUILTIN_GAMES
+
+    files = {p.stem for p in (Path(__file__).parents[1] / "actors/core/games").glob("*.c")}
+    assert set(core.GAMES) == files
+    references = {core_name(make_game(name)) for name in BUILTIN_GAMES}
+    assert files <= references
+    assert {name for name in BUILTIN_GAMES if core_name(make_game(name))} <= set(GAMES)

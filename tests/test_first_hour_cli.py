@@ -100,7 +100,7 @@ def bad_invocations(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["eval", "--checkpoint", str(c4), "--positions", str(tmp_path / "no.tsv")], "no.tsv"),
         (["eval", "--checkpoint", str(tmp_path / "empty")], "no checkpoint"),
         (["eval", "--checkpoint", str(ttt), "--games", "-3"], "allowed 0 to 100,000"),
-        (["gtp", "--checkpoint", str(ttt)], "azserve gtp plays Go 9x9; this checkpoint plays tictactoe"),
+        (["gtp", "--checkpoint", str(ttt)], "azserve gtp plays Go; this checkpoint plays tictactoe"),
         (["gtp", "--checkpoint", str(ttt), "--sims", "-2"], "allowed 0 to 1,048,576"),
         (["match", "--checkpoint", str(ttt), "--opponent", "x", "--games", "0"], "allowed 1 to 100,000"),
         (["match", "--checkpoint", str(ttt), "--opponent", "openspiel-mcts:0", "--out", str(tmp_path / "m")], "SIMS must be at least 1"),

@@ -104,9 +104,13 @@ class Sandbox:
 
 
 def venv_prerequisites() -> list[str]:
-    """The files the Makefile's venv target depends on, read from the Makefile itself."""
-    for line in (REPO / "Makefile").read_text().splitlines():
-        if line.startswith("$(BIN)/azserve:"):
+    """The files (and folders) the Makefile's venv target depends on, as make expands them
+    (the compiled core's sources are a wildcard)."""
+    db = subprocess.run(
+        ["make", "-pq", "-C", str(REPO), ".venv/bin/azserve"], capture_output=True, text=True
+    ).stdout
+    for line in db.splitlines():
+        if line.startswith(".venv/bin/azserve:"):
             return line.split(":", 1)[1].split()
     raise AssertionError("Makefile has no $(BIN)/azserve target")
 
@@ -118,8 +122,11 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         (root / name).symlink_to(REPO / name)
     # The venv target's prerequisites, older than .venv: set up already.
     for name in venv_prerequisites():
-        (root / name).parent.mkdir(exist_ok=True)
-        shutil.copy(REPO / name, root / name)
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        if (REPO / name).is_dir():  # a folder of sources: a file added or removed rebuilds
+            (root / name).mkdir(exist_ok=True)
+        else:
+            shutil.copy(REPO / name, root / name)
         os.utime(root / name, (0, 0))
     port = free_tcp_port()
     env = dict(os.environ)

@@ -201,7 +201,9 @@ def test_render_and_registry() -> None:
     assert lines[-2] == ". . . X . . ." and lines[-3] == ". . . O . . ." and len(lines) == 7
     assert isinstance(make_game("connect4"), ConnectFour)
     assert isinstance(make_game("tictactoe"), TicTacToe)
-    with pytest.raises(ValueError, match="known games: connect4, go9, othello, tictactoe"):
+    with pytest.raises(
+        ValueError, match="known games: connect4, go13, go19, go9, othello, tictactoe"
+    ):
         make_game("chess")
     with pytest.raises(ValueError, match="cannot import no_such_module"):
         make_game("no_such_module:Game")

@@ -22,10 +22,11 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def go_checkpoint(directory: Path) -> Path:
-    """A learner checkpoint of a one-block, 8-channel Go 9x9 net."""
+def go_checkpoint(directory: Path, config: str = "go9") -> Path:
+    """A learner checkpoint of a one-block, 8-channel Go net (9x9 unless ``config`` says)."""
     cfg = load_config(
-        REPO / "configs" / "go9.toml", ["net.blocks=1", "net.channels=8", "backend.compile=none"]
+        REPO / "configs" / f"{config}.toml",
+        ["net.blocks=1", "net.channels=8", "backend.compile=none"],
     )
     trainer = Trainer(replace(cfg.net, seed=3), replace(cfg.trainer, device="cpu"))
     return save_checkpoint(directory / "checkpoints", 40, 5, trainer.state_dict(), to_dict(cfg))
@@ -98,6 +99,34 @@ def test_a_gtp_session_with_the_real_command(tmp_path: Path) -> None:
     assert r[23].startswith("? the game is over")
     assert r[24] == "="
     assert len(r) == 25  # nothing after quit
+
+
+@pytest.mark.parametrize("size", [13, 19])
+def test_gtp_plays_at_the_checkpoints_size(size: int, tmp_path: Path) -> None:
+    """A 13x13 or 19x19 checkpoint: boardsize takes its size and refuses 9; genmove answers a
+    vertex of that board."""
+    go_checkpoint(tmp_path / "run", f"go{size}")
+    session = ["boardsize 9", f"boardsize {size}", "clear_board", "play b K10", "genmove w"]
+    p = subprocess.run(
+        azserve_cmd("gtp", "--checkpoint", str(tmp_path / "run"), "--sims", "2"),
+        input="\n".join([*session, "quit"]) + "\n", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    r = replies(p.stdout)
+    assert r[0] == f"? unacceptable size: this network plays {size}x{size}"
+    assert r[1] == r[2] == r[3] == "="
+    game = make_game(f"go{size}")
+    move = r[4].removeprefix("= ")
+    state = game.from_moves([game.parse_move("K10")])
+    assert game.parse_move(move) in game.legal_actions(state)
+
+
+def test_the_engine_takes_only_its_own_size() -> None:
+    e = Engine(Scripted([]), size=19)
+    assert e.reply("boardsize 9") == "? unacceptable size: this network plays 19x19\n\n"
+    assert e.reply("boardsize 19") == "=\n\n"
+    assert e.reply("play b T19") == "=\n\n" and e.reply("play w A1") == "=\n\n"
+    assert e.board.game.size == 19 and len(e.board.moves) == 2
 
 
 class Scripted(MoveSource):

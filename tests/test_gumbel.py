@@ -17,7 +17,8 @@ from actors.config import ActorsConfig
 from actors.games import ConnectFour, Game, TicTacToe
 from actors.games.solver import TicTacToeSolver
 from actors.gumbel import GumbelSearch, completed_q
-from actors.search import GumbelMoves, MCTSConfig, PuctMoves, considered_visits, make_search
+from actors.search import GumbelMoves, MCTSConfig, PuctMoves, considered_visits
+from actors.searches import make_search
 from actors.selfplay import SelfPlay, SelfPlayStats, play_game
 from actors.sinks import BaseSink
 from azserve.app.bench.selfplay import parse_status_lines

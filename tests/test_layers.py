@@ -118,6 +118,35 @@ def test_every_import_edge_respects_the_floors() -> None:
     assert not bad, "imports across floors:\n" + "\n".join(bad)
 
 
+def test_no_import_circle_among_the_searches() -> None:
+    """No module of ``actors`` reaches itself through its imports, function-level ones
+    included: the search interface (``actors.search``) imports no implementation, the registry
+    (``actors.searches``) imports them all, and the Python searches share their nodes through
+    ``actors.nodes``, not each other's privates."""
+    names = modules()
+    graph = {
+        mod: {t for t, _ in imports(path, mod) if t in names and t != mod}
+        for mod, path in names.items()
+        if mod.startswith("actors.") and path.name != "__init__.py"
+    }
+    circles = []
+    for start in graph:
+        stack, seen = [(start, (start,))], set()
+        while stack:
+            mod, trail = stack.pop()
+            for target in graph.get(mod, ()):
+                if target == start:
+                    circles.append(" -> ".join([*trail, start]))
+                elif target not in seen:
+                    seen.add(target)
+                    stack.append((target, (*trail, target)))
+    assert not circles, "import circles:\n" + "\n".join(sorted(circles))
+    assert "actors.mcts" not in graph["actors.gumbel"]
+    assert graph["actors.search"].isdisjoint(
+        {"actors.mcts", "actors.gumbel", "actors.compiled_mcts", "actors.searches"}
+    )
+
+
 def test_torch_is_imported_only_where_it_runs() -> None:
     bad = []
     for mod, path in modules().items():

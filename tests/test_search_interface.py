@@ -13,7 +13,8 @@ from actors.compiled_mcts import CompiledGumbel, CompiledMCTS, compiled_availabl
 from actors.games import ConnectFour
 from actors.gumbel import GumbelSearch
 from actors.mcts import MCTS
-from actors.search import GumbelMoves, MCTSConfig, PuctMoves, Search, make_search
+from actors.search import GumbelMoves, MCTSConfig, PuctMoves, Search
+from actors.searches import make_search
 
 C4 = ConnectFour()
 

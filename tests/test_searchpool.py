@@ -15,7 +15,8 @@ import pytest
 from actors.compiled_mcts import compiled_available, step_many
 from actors.evalcache import EvalCache
 from actors.games import ConnectFour, TicTacToe
-from actors.search import MCTSConfig, make_search
+from actors.search import MCTSConfig
+from actors.searches import make_search
 from actors.searchpool import SearchPool
 from actors.selfplay import FinishedGame, SelfPlayStats, play_game
 from tests.test_compiled_mcts import hashed

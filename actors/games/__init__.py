@@ -2,7 +2,7 @@
 
 ``make_game(spec)`` takes:
 
-- a built-in name: ``tictactoe``, ``connect4``, ``othello``, ``go9``;
+- a built-in name: ``tictactoe``, ``connect4``, ``othello``, ``go9``, ``go13``, ``go19``;
 - ``openspiel:NAME[(params)]``: any two-player, perfect-information OpenSpiel game through the
   pure-Python search (``actors.games.openspiel``; needs the ``open_spiel`` package);
 - ``module.path:Class`` or ``path/to/file.py:Class``: a game of your own, one file holding a
@@ -27,6 +27,8 @@ BUILTIN_GAMES: dict[str, str] = {
     "connect4": "actors.games.connect4:ConnectFour",
     "othello": "actors.games.othello:Othello",
     "go9": "actors.games.go:Go",
+    "go13": "actors.games.go:Go13",
+    "go19": "actors.games.go:Go19",
 }
 """Built-in game names -> ``module:Class`` (imported when first asked for)."""
 

@@ -8,7 +8,7 @@ tuples (each game uses its own NamedTuple); ``apply`` returns a new state.
 One game is one file: a ``Game`` subclass. The search, actors, learner, evaluation, ``play``,
 ``analyze`` and the server's shapes take everything from it (docs/games.md walks through
 adding one). A built-in game may also name its entry in the compiled core's table of games
-(``core_name``, ``core_state``: actors/_games.c), so the compiled search plays it; every
+(``core_name``, ``core_params``, ``core_state``: actors/core/games/), so the compiled search plays it; every
 other game runs the pure-Python search.
 """
 
@@ -39,8 +39,10 @@ class Game(abc.ABC):
     pass_action: int | None = None
     """The pass action where the game has one (Go, Othello), else None."""
     core_name: str | None = None
-    """The game's name in the compiled core's table (actors/_games.c), or None when only the
-    pure-Python search plays it."""
+    """The game's name in the compiled core's table (its file in actors/core/games/), or None
+    when only the pure-Python search plays it."""
+    core_params: tuple[float, ...] = ()
+    """The parameters of those compiled rules (Go: size, komi); () for the game's defaults."""
     openspiel: str | None = None
     """The same game in OpenSpiel, as ``pyspiel.load_game`` takes it (``"connect_four"``,
     ``"go(board_size=9,komi=7.5)"``), or None where OpenSpiel has none: what the OpenSpiel

@@ -38,7 +38,7 @@ _ENCODE_INDEX = np.array(
     dtype=np.intp,
 )
 
-# The compiled core's blob (actors/_games.c): stones, mask, ply, last_won, little-endian.
+# The compiled core's blob (actors/core/games/connect4.c): stones, mask, ply, last_won, little-endian.
 _CORE = struct.Struct("<QQii")
 
 

@@ -1,5 +1,5 @@
-"""Go under Tromp-Taylor rules: the pure-Python reference of the compiled rules (9x9 in
-actors/_games.c), and the fallback where the core is not built.
+"""Go under Tromp-Taylor rules: the pure-Python reference of the compiled rules
+(actors/core/games/go.c, any size and komi), and the fallback where the core is not built.
 
 Rules: black moves first on an empty board; a stone's chain with no liberty left is taken;
 suicide (a move that leaves its own chain without liberty and takes nothing) is illegal;
@@ -11,9 +11,9 @@ each side's stones plus the empty regions that touch only its stones; white gets
 
 Layout: cell ``row * N + col``, row 0 at the bottom ("1"), column 0 at the left ("A"), as
 OpenSpiel numbers Go's actions (0 = a1), ``N * N`` the pass. The planes show the top row first.
-The compiled core's blob: board[81] (0 empty, 1 black, 2 white), colour u8 (0 black to move),
-consecutive passes u8, ply u16 little-endian; its history: the boards that stood before, 81
-bytes each.
+The compiled core's blob: board[N * N] (0 empty, 1 black, 2 white), colour u8 (0 black to
+move), consecutive passes u8, ply u16 little-endian; its history: the boards that stood before,
+N * N bytes each.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from actors.games.base import Game
 from actors.games.symmetry import square_symmetries
 
 EMPTY, BLACK, WHITE = 0, 1, 2
-_GTP_COLS = "ABCDEFGHJKLMNOPQRST"  # GTP skips I
+_GTP_COLS = "ABCDEFGHJKLMNOPQRSTUVWXYZ"  # GTP skips I; 25 columns at most
 
 
 class GoState(NamedTuple):
@@ -65,8 +65,8 @@ class Go(Game):
         self.obs_shape = (4, size, size)
         self.max_moves = 2 * self.cells
         self.openspiel = f"go(board_size={size},komi={komi:g})"
-        # The compiled rules are 9x9 at komi 7.5.
-        self.core_name = "go9" if (size, komi) == (9, 7.5) else None
+        self.core_name = "go"
+        self.core_params = (size, komi)
         n = size
         self._neighbours = [
             tuple(
@@ -177,8 +177,6 @@ class Go(Game):
         return GoState(after, s.color ^ 1, 0, s.ply + 1, history)
 
     def core_state(self, s: GoState) -> tuple[bytes, bytes]:
-        if self.core_name is None:
-            raise NotImplementedError(f"{self.name}: the compiled rules are 9x9 at komi 7.5")
         blob = s.board + bytes([s.color, s.passes]) + s.ply.to_bytes(2, "little")
         return blob, b"".join(sorted(s.history))
 
@@ -290,4 +288,18 @@ class Go(Game):
         return self.format_move(a) if 0 <= a <= self.cells else str(a)
 
 
-__all__ = ["BLACK", "EMPTY", "WHITE", "Go", "GoState"]
+class Go13(Go):
+    """Go 13x13, komi 7.5 (the built-in ``go13``)."""
+
+    def __init__(self) -> None:
+        super().__init__(13)
+
+
+class Go19(Go):
+    """Go 19x19, komi 7.5 (the built-in ``go19``)."""
+
+    def __init__(self) -> None:
+        super().__init__(19)
+
+
+__all__ = ["BLACK", "EMPTY", "WHITE", "Go", "Go13", "Go19", "GoState"]

@@ -1,5 +1,5 @@
 """Othello (Reversi) on an 8x8 board: the pure-Python reference of the compiled rules
-(actors/_games.c), and the fallback where the core is not built.
+(actors/core/games/othello.c), and the fallback where the core is not built.
 
 Rules: black moves first from the standard four-disc start; a move places a disc that brackets
 at least one straight line of the opponent's discs, which all flip; a side with no such move

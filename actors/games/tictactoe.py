@@ -29,7 +29,7 @@ _PLANES = np.array(
     dtype=np.uint8,
 )
 
-# The compiled core's blob (actors/_games.c): stones, mask, ply, last_won, little-endian.
+# The compiled core's blob (actors/core/games/tictactoe.c): stones, mask, ply, last_won, little-endian.
 _CORE = struct.Struct("<QQii")
 
 

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from actors.games import Game, State, make_game
-from actors.search import MCTSConfig, make_search
+from actors.search import MCTSConfig
+from actors.searches import make_search
 from azserve.app.config import apply_overrides, from_dict
 from azserve.app.presets import resolve_config
 from azserve.app.schema import Config, load_config

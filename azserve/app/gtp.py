@@ -8,8 +8,9 @@ GTP's ``? `` failure with the reason; the engine keeps running.
 
 The rules are the game's (actors/games/go.py: Tromp-Taylor, positional superko, the game over
 after two passes or the move cap); ``final_score`` is the Tromp-Taylor area score of the board
-as it stands (``B+3.5``, ``W+0.5``). A komi other than the net's 7.5 is taken (the search then
-runs the Python rules, slower); a board size other than the net's is refused.
+as it stands (``B+3.5``, ``W+0.5``). The board is the checkpoint's (9x9, 13x13 or 19x19):
+``boardsize`` of that size is taken, any other gets ``? unacceptable size``. A komi other than
+the net's 7.5 is taken (the compiled rules take any komi).
 """
 
 from __future__ import annotations
@@ -112,12 +113,14 @@ class AgentMoves(MoveSource):
 class Engine:
     """One GTP session: ``reply(line)`` for each line read; ``done`` after ``quit``."""
 
-    def __init__(self, moves: MoveSource, name: str = "azserve", version: str = "") -> None:
+    def __init__(
+        self, moves: MoveSource, name: str = "azserve", version: str = "", size: int = 9
+    ) -> None:
         self.moves = moves
         self.name = name
         self.version = version
-        self.size = 9
-        self.board = Board(Go(9, 7.5))
+        self.size = size  # the network's board: the only size boardsize takes
+        self.board = Board(Go(size, 7.5))
         self.done = False
 
     def reply(self, line: str) -> str | None:
@@ -252,12 +255,10 @@ def run_gtp(args: argparse.Namespace) -> int:
     # (205 s against 5 s, measured).
     torch.set_num_threads(1)
     cfg, agent = agent_from_checkpoint(args.checkpoint, args.config, args.overrides, None)
-    if not isinstance(agent.game, Go) or agent.game.size != 9:
-        raise ConfigError(
-            f"--checkpoint: azserve gtp plays Go 9x9; this checkpoint plays {cfg.game}"
-        )
+    if not isinstance(agent.game, Go):
+        raise ConfigError(f"--checkpoint: azserve gtp plays Go; this checkpoint plays {cfg.game}")
     sims = cfg.eval.sims if args.sims is None else args.sims
-    engine = Engine(AgentMoves(agent, sims), version=package_version())
+    engine = Engine(AgentMoves(agent, sims), version=package_version(), size=agent.game.size)
     print(f"azserve gtp: {cfg.game}, {sims} simulations per move; GTP on stdin/stdout",
           file=sys.stderr, flush=True)  # fmt: skip
     serve(engine, sys.stdin, sys.stdout)

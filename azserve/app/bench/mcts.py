@@ -1,11 +1,11 @@
 """Simulations per second per core: our MCTS against OpenSpiel's, on Connect Four, Othello or Go.
 
-    python -m azserve.app.bench.mcts [--game connect4|othello|go9] [--seconds 40] [--simulations 800]
-        [--json OUT]
+    python -m azserve.app.bench.mcts [--game connect4|othello|go9|go13|go19] [--seconds 40]
+        [--simulations 800] [--json OUT]
 
 Contenders, each playing whole self-play games move by move:
 
-- ``azserve``: the search the actors run (``actors.search.make_search``: the compiled tree where it was built)
+- ``azserve``: the search the actors run (``actors.searches.make_search``: the compiled tree where it was built)
   with a zero-cost evaluator (uniform logits, value 0), tree reuse and root noise as in
   self-play; each simulation still encodes its leaf, as the actors must;
 - ``azserve_in_flight``: the same with ``--in-flight`` leaves per round (virtual loss,
@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from actors.games import make_game
-from actors.search import MCTSConfig, make_search
+from actors.search import MCTSConfig
+from actors.searches import make_search
 
 Step = Callable[[], Awaitable[int]]
 """Plays one move of a contender's current game (starting a new game after the last move)
@@ -107,7 +108,7 @@ class _OpenSpiel:
         return self.simulations
 
 
-BUILTIN = ("connect4", "go9", "othello")
+BUILTIN = ("connect4", "go9", "go13", "go19", "othello")
 """The built-in games with compiled rules; each names its OpenSpiel equivalent
 (``Game.openspiel``)."""
 
