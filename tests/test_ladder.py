@@ -17,17 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from azserve.app.ladder import (
-    RANDOM,
-    Entrant,
-    Store,
-    candidate_pairs,
-    checkpoints_of,
-    game_seed,
-    next_pair,
-    pair_of,
-    results_of,
-)
+from azserve.app.ladder import RANDOM, Entrant, candidate_pairs, checkpoints_of, next_pair
+from azserve.app.ladder_store import Store, game_seed, pair_of, results_of
 from azserve.app.ratings import Rating, Result, expected_score, fit
 from azserve.app.schema import load_config, to_dict
 from azserve.errors import AzserveError

@@ -126,7 +126,8 @@ def run_comparison(
 def rate(candidates: list[Candidate], out_dir: Path, games: int) -> dict[str, dict[str, Any]]:
     """``games`` more games on the candidates' ladder; each candidate's newest checkpoint's
     rating (``elo``, ``lo``, ``hi``, ``step``, ``hours``)."""
-    from azserve.app.ladder import draw_ladder, ratings_json, run_ladder, table
+    from azserve.app.ladder import run_ladder
+    from azserve.app.ladder_output import draw_ladder, ratings_json, table
 
     dirs = [out_dir / c.label for c in candidates]
     have = [c for c, d in zip(candidates, dirs) if list_checkpoints(d / c.config.checkpoint.dir)]

@@ -25,11 +25,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import fcntl
-import hashlib
 import json
 import math
-import os
 import re
 import sys
 import time
@@ -40,8 +37,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from actors.games import Game
+from azserve.app.ladder_output import draw_ladder, ratings_json, table
+from azserve.app.ladder_store import Store, game_seed, pair_of, results_of
 from azserve.app.players import AgentPlayer, Player, PlayerError, make_player, parse_spec
-from azserve.app.ratings import Rating, Result, expected_score, fit
+from azserve.app.ratings import Rating, expected_score, fit
 from azserve.app.referee import GameRecord, play_game, sgf
 from azserve.app.schema import Config
 from azserve.errors import AzserveError, ConfigError
@@ -113,101 +112,6 @@ def anchor_entrant(spec: str) -> Entrant:
     kind, arg = parse_spec(spec)
     name = RANDOM if kind == RANDOM else f"{kind}:{arg}"
     return Entrant(name, spec)
-
-
-# -- the store ------------------------------------------------------------------------------
-
-
-def pair_of(a: str, b: str) -> tuple[str, str]:
-    """A pair in its canonical order (which decides colours: the first is black in even games)."""
-    return (a, b) if a < b else (b, a)
-
-
-def game_id(pair: tuple[str, str], k: int) -> str:
-    return f"{pair[0]} | {pair[1]} | {k}"
-
-
-def game_seed(base: int, pair: tuple[str, str], k: int) -> int:
-    """A game's seed: stable across processes and machines (no Python ``hash``)."""
-    digest = hashlib.sha256(f"{base}\0{pair[0]}\0{pair[1]}\0{k}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
-
-
-class Store:
-    """The ladder's append-only JSON-lines file of finished games; one writer at a time (a
-    second ladder on the same directory is refused while the first runs)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock: IO[bytes] = open(path.with_name(path.name + ".lock"), "ab")  # noqa: SIM115
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock.close()
-            raise AzserveError(f"another ladder is writing {path}") from None
-        self.games: list[dict[str, Any]] = []
-        self.counts: dict[tuple[str, str], int] = {}
-        try:
-            self._read()
-        except BaseException:
-            self._lock.close()
-            raise
-        self._out = open(path, "ab")  # noqa: SIM115 - closed in close()
-
-    def _read(self) -> None:
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        good = data.rfind(b"\n") + 1  # a torn last line (killed mid-write) is cut off
-        if good < len(data):
-            print(f"ladder: {self.path}: cut off a torn last line ({len(data) - good} bytes)",
-                  file=sys.stderr)  # fmt: skip
-            with open(self.path, "r+b") as f:
-                f.truncate(good)
-        for n, line in enumerate(data[:good].splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                g = json.loads(line)
-                pair, k = (g["pair"][0], g["pair"][1]), int(g["k"])
-            except (ValueError, KeyError, TypeError, IndexError) as e:
-                raise AzserveError(f"{self.path}:{n}: not a game record ({e})") from None
-            if k != self.counts.get(pair, 0):
-                raise AzserveError(
-                    f"{self.path}:{n}: game {k} of {pair[0]} v {pair[1]} out of order "
-                    f"(expected {self.counts.get(pair, 0)})"
-                )
-            self.counts[pair] = k + 1
-            self.games.append(g)
-
-    def next_k(self, pair: tuple[str, str]) -> int:
-        return self.counts.get(pair, 0)
-
-    def append(self, record: dict[str, Any]) -> None:
-        """Write one game durably (flushed and fsynced before this returns)."""
-        pair, k = (record["pair"][0], record["pair"][1]), record["k"]
-        assert k == self.next_k(pair), (pair, k)
-        self._out.write(json.dumps(record, separators=(",", ":")).encode() + b"\n")
-        self._out.flush()
-        os.fsync(self._out.fileno())
-        self.counts[pair] = k + 1
-        self.games.append(record)
-
-    def close(self) -> None:
-        self._out.close()
-        self._lock.close()
-
-
-def results_of(games: Iterable[dict[str, Any]]) -> list[Result]:
-    """The games that count for the fit (disputed ones do not), from black's side."""
-    out = []
-    for g in games:
-        if g["reason"] == "disputed":
-            continue
-        score = 0.5 if g["winner"] is None else (1.0 if g["winner"] == 0 else 0.0)
-        out.append(Result(g["black"], g["white"], score))
-    return out
 
 
 def fit_ladder(
@@ -522,88 +426,6 @@ def _game_of(entrants: Sequence[Entrant], configs: Sequence[Config] | None) -> t
     return make_game(next(iter(seen))), int(sims or 64)
 
 
-# -- output ---------------------------------------------------------------------------------
-
-
-def table(report: LadderReport) -> str:
-    """The ratings as a text table, strongest first."""
-    rows = sorted(report.ratings.items(), key=lambda kv: -kv[1].elo)
-    width = max((len(n) for n, _ in rows), default=6)
-    lines = [f"{'player':<{width}}  {'Elo':>6}  {'95% interval':>15}  {'games':>5}  score"]
-    for n, r in rows:
-        if r.games == 0 and not r.fixed:
-            interval, elo = "no games", "-"
-        else:
-            elo = f"{r.elo:6.0f}"
-            interval = "fixed" if r.fixed else f"{r.lo:6.0f} .. {r.hi:6.0f}"
-        score = f"{r.score / r.games:.0%}" if r.games else "-"
-        lines.append(f"{n:<{width}}  {elo:>6}  {interval:>15}  {r.games:>5}  {score}")
-    return "\n".join(lines)
-
-
-def ratings_json(report: LadderReport) -> dict[str, Any]:
-    by_name = {e.name: e for e in report.entrants}
-    players = []
-    for n, r in sorted(report.ratings.items(), key=lambda kv: -kv[1].elo):
-        e = by_name.get(n)
-        row: dict[str, Any] = {"player": n, **asdict(r)}
-        for key in ("lo", "hi"):
-            if not math.isfinite(row[key]):
-                row[key] = None
-        if e is not None:
-            row.update(run=e.run, step=e.step, hours=e.hours, positions=e.positions)
-        players.append(row)
-    return {"games": report.total, "disputed": report.disputed, "players": players}
-
-
-def draw_ladder(report: LadderReport, out: Path, title: str = "") -> Path:
-    """Elo against wall-clock hours, positions and steps: one line per run with 95% intervals,
-    the anchors as horizontal lines."""
-    from azserve.app.curves import plt
-
-    axes_keys = (("hours", "wall-clock hours"), ("positions", "positions"), ("step", "steps"))
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), squeeze=False)
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    runs: dict[str, list[Entrant]] = {}
-    for e in report.entrants:
-        if not e.anchor:
-            runs.setdefault(e.run or "", []).append(e)
-    for col, (key, label) in enumerate(axes_keys):
-        ax = axes[0][col]
-        for i, (run, points) in enumerate(runs.items()):
-            pts = [
-                (getattr(e, key), report.ratings[e.name])
-                for e in sorted(points, key=lambda e: e.step or 0)
-                if getattr(e, key) is not None
-                and e.name in report.ratings
-                and report.ratings[e.name].games > 0
-                and math.isfinite(report.ratings[e.name].hi)
-            ]
-            if not pts:
-                continue
-            xs = [x for x, _ in pts]
-            ys = [r.elo for _, r in pts]
-            err = [[r.elo - r.lo for _, r in pts], [r.hi - r.elo for _, r in pts]]
-            ax.errorbar(xs, ys, yerr=err, fmt="-o", markersize=3, capsize=2,
-                        color=colours[i % len(colours)], label=run)  # fmt: skip
-        anchors = {x.name for x in report.entrants if x.anchor}
-        for n, r in report.ratings.items():
-            if n not in anchors or (r.games == 0 and not r.fixed):
-                continue
-            ax.axhline(r.elo, color="grey", linestyle="--", linewidth=0.8)
-            ax.annotate(n, (0.01, r.elo), xycoords=("axes fraction", "data"), fontsize=7,
-                        color="dimgrey", va="bottom")  # fmt: skip
-        ax.set(xlabel=label, ylabel="Elo (random = 0)")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.suptitle(title or "azserve ladder: Elo against training (95% intervals)")
-    fig.tight_layout()
-    fig.savefig(out, dpi=80)
-    plt.close(fig)
-    return out
-
-
 def run_ladder_command(args: argparse.Namespace) -> int:
     """The ``azserve ladder`` main."""
     import torch
@@ -639,19 +461,12 @@ __all__ = [
     "Entrant",
     "LadderReport",
     "Roster",
-    "Store",
     "candidate_pairs",
     "checkpoints_of",
-    "draw_ladder",
     "fit_ladder",
     "fixed_player",
-    "game_seed",
     "next_pair",
-    "pair_of",
     "play_pair",
-    "ratings_json",
-    "results_of",
     "run_ladder",
     "run_ladder_command",
-    "table",
 ]
