@@ -37,7 +37,7 @@ from azserve.batching import TickCoalescer
 from azserve.errors import ConfigError, WeightsError
 from azserve.model.network import build_net
 from azserve.model.spec import NetConfig
-from azserve.model.weights import load_strict, load_weights_file, state_dict_to_bytes
+from azserve.model.weights import load_weights_file, state_dict_to_bytes
 from learner.checkpoint import load_checkpoint
 
 T = TypeVar("T")
@@ -182,9 +182,7 @@ class Agent:
         self.game = game
         if state is None:
             state = build_net(net, seed=seed).state_dict()
-        else:
-            check = build_net(net, seed=seed)  # the weights must fit the net, named as such
-            load_strict(check, state, "checkpoint weights")
+        # The backend loads ``state`` strictly (WeightsError naming what differs).
         self.served = ServedNet.shared(net, backend or EAGER)
         self.evaluator = BatchedEvaluator(self.served, self.served.load(state))
         # Analysis is deterministic: no noise, no temperature, no resignation; every search
