@@ -15,7 +15,15 @@ from actors.games import make_game
 
 pytestmark = pytest.mark.skipif(core is None, reason="actors._mcts_core was not built")
 
-GAMES = {"tictactoe": 300, "connect4": 300, "othello": 200, "go9": 40, "go13": 8, "go19": 3}
+GAMES = {
+    "tictactoe": 300,
+    "connect4": 300,
+    "othello": 200,
+    "go9": 40,
+    "go13": 8,
+    "go19": 3,
+    "chess": 10,  # its reference is the compiled rules (tests/test_chess_rules.py: oracles)
+}
 """Random games per game (AZSERVE_RULES_SCALE multiplies them for a long run)."""
 
 
@@ -61,8 +69,8 @@ def test_the_core_refuses_bad_blobs_and_illegal_moves() -> None:
         rules.legal(b"\x07" + blob[1:], b"")
     with pytest.raises(ValueError, match="not whole boards"):
         rules.legal(blob, history + b"x")
-    with pytest.raises(ValueError, match="unsupported game chess .*knows connect4, go"):
-        core.Rules("chess")
+    with pytest.raises(ValueError, match="unsupported game shogi .*knows chess, connect4, go"):
+        core.Rules("shogi")
     with pytest.raises(ValueError, match="board size must be a whole number in 2..25"):
         core.Rules("go", 26, 7.5)
     with pytest.raises(TypeError, match="at most 2 parameters"):
