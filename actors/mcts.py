@@ -88,6 +88,19 @@ class MCTS(PuctMoves):
         """Play ``action`` at the root: its subtree becomes the root (or the tree is dropped)."""
         self._root = subtree(self._root, action, self.config.reuse_tree)
 
+    def principal_variation(self, limit: int = 32) -> list[int]:
+        """The line of most-visited moves from the root (at most ``limit``), as deep as the
+        tree has visits: what a UCI engine's ``info ... pv`` shows."""
+        line: list[int] = []
+        node = self._root
+        while node is not None and node.actions and len(line) < limit:
+            i = max(range(len(node.n)), key=node.n.__getitem__)
+            if node.n[i] == 0:
+                break
+            line.append(node.actions[i])
+            node = node.children[i]
+        return line
+
     @property
     def tree_nodes(self) -> int:
         """Nodes held by the tree (a walk: for tests and diagnostics, not the hot path)."""

@@ -273,3 +273,18 @@ async def test_the_compiled_search_plays_into_a_threefold_repetition() -> None:
     result = await search.search(s, evaluate, add_noise=False)
     assert int(np.argmax(result.visits)) == draw
     assert result.visits[draw] > result.visits.sum() / 2
+
+
+def test_a_built_in_game_takes_its_parameters_in_the_spec() -> None:
+    chess = make_game("chess(max_plies=100, history=0)")
+    assert isinstance(chess, Chess) and chess.max_plies == 100 and chess.obs_shape == (21, 8, 8)
+    for spec, why in [
+        ("chess(depth=3)", "chess takes max_plies, history"),
+        ("chess(history=one)", "is not a number"),
+        ("chess(history=1", "expected NAME"),
+        ("chess(1)", "not key=value"),
+        ("connect4(rows=7)", "connect4 takes no parameters"),
+        ("chess(history=99)", "0..15"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            make_game(spec)

@@ -4,6 +4,8 @@
 
 - a built-in name: ``tictactoe``, ``connect4``, ``othello``, ``go9``, ``go13``, ``go19``,
   ``chess``;
+- a built-in name with its class's parameters, ``NAME(key=value,...)``: numbers only, e.g.
+  ``chess(max_plies=256,history=1)``;
 - ``openspiel:NAME[(params)]``: any two-player, perfect-information OpenSpiel game through the
   pure-Python search (``actors.games.openspiel``; needs the ``open_spiel`` package);
 - ``module.path:Class`` or ``path/to/file.py:Class``: a game of your own, one file holding a
@@ -42,6 +44,15 @@ def make_game(spec: str) -> Game:
     otherwise."""
     if spec in BUILTIN_GAMES:
         return _load_class(BUILTIN_GAMES[spec], spec)()
+    name, paren, rest = spec.partition("(")
+    if paren and name in BUILTIN_GAMES:
+        cls, params = _load_class(BUILTIN_GAMES[name], spec), _params(spec, rest)
+        try:
+            return cls(**params)
+        except TypeError:
+            raise ValueError(
+                f"game {spec!r}: {name} takes {', '.join(_keywords(cls)) or 'no parameters'}"
+            ) from None
     if spec.startswith(OPENSPIEL_PREFIX):
         from actors.games.openspiel import OpenSpielGame
 
@@ -52,6 +63,33 @@ def make_game(spec: str) -> Game:
         f"unknown game {spec!r}; known games: {', '.join(sorted(BUILTIN_GAMES))}, "
         f"'{OPENSPIEL_PREFIX}NAME', or 'module:Class' / 'file.py:Class' for your own"
     )
+
+
+def _params(spec: str, rest: str) -> dict[str, int | float]:
+    """``key=value,...)`` of a built-in game's spec as keyword arguments (numbers only)."""
+    if not rest.endswith(")"):
+        raise ValueError(f"game {spec!r}: expected NAME(key=value,...)")
+    out: dict[str, int | float] = {}
+    for item in filter(None, (p.strip() for p in rest[:-1].split(","))):
+        key, eq, text = (t.strip() for t in item.partition("="))
+        if not eq or not key.isidentifier():
+            raise ValueError(f"game {spec!r}: parameter {item!r} is not key=value")
+        try:
+            out[key] = int(text)
+        except ValueError:
+            try:
+                out[key] = float(text)
+            except ValueError:
+                raise ValueError(f"game {spec!r}: {key}={text!r} is not a number") from None
+    return out
+
+
+def _keywords(cls: type) -> list[str]:
+    import inspect
+
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = inspect.signature(cls).parameters.values()
+    return [p.name for p in params if p.name != "self" and p.kind in named]
 
 
 def _load_class(target: str, spec: str) -> type[Game]:

@@ -184,6 +184,18 @@ def register(sub: Any, common: Common) -> None:
     p.set_defaults(run=_gtp)
 
     p = sub.add_parser(
+        "uci",
+        help="a chess checkpoint as a UCI engine on stdin/stdout (cutechess-cli, chess GUIs)",
+        description="Speak the Universal Chess Interface on stdin/stdout: uci, isready, "
+        "ucinewgame, position startpos|fen ... moves ..., go nodes|movetime|wtime/btime/"
+        "winc/binc|infinite, stop, quit; info lines with nodes, score and pv; bestmove.",
+    )
+    common(p, config_required=False)
+    checkpoint_arg(p, "a chess checkpoint")
+    sims_arg(p, "per go without limits (default eval.sims)")
+    p.set_defaults(run=_uci)
+
+    p = sub.add_parser(
         "match",
         help="a checkpoint against a GTP engine or OpenSpiel's MCTS: win rate with a 95%% CI",
         description="Play GAMES games against another engine, colours alternating, refereed "
@@ -395,6 +407,12 @@ def _gtp(args: argparse.Namespace) -> int:
     from azserve.app.gtp import run_gtp
 
     return run_gtp(args)
+
+
+def _uci(args: argparse.Namespace) -> int:
+    from azserve.app.uci import run_uci
+
+    return run_uci(args)
 
 
 def _ladder(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
-"""Simulations per second per core: our MCTS against OpenSpiel's, on Connect Four, Othello or Go.
+"""Simulations per second per core: our MCTS against OpenSpiel's, on Connect Four, Othello, Go
+or chess.
 
-    python -m azserve.app.bench.mcts [--game connect4|othello|go9|go13|go19] [--seconds 40]
+    python -m azserve.app.bench.mcts [--game connect4|othello|go9|go13|go19|chess] [--seconds 40]
         [--simulations 800] [--json OUT]
 
 Contenders, each playing whole self-play games move by move:
@@ -22,7 +23,12 @@ Contenders, each playing whole self-play games move by move:
 
 The contenders take turns one move at a time, so machine noise hits them alike. Rates are
 simulations per CPU-second of this process (it is single-threaded), i.e. per core. OpenSpiel's
-simulations include a rollout, so they bound rather than match a network-guided search.
+simulations include a rollout, so they bound rather than match a network-guided search (in
+chess a random rollout is a whole random game, a few hundred plies, so OpenSpiel's rate there
+says more about rollouts than about its tree).
+
+Chess's Python rules are the compiled ones (actors/games/chess.py), so ``azserve_python`` there
+is the pure-Python search over compiled move generation.
 """
 
 from __future__ import annotations
@@ -108,7 +114,7 @@ class _OpenSpiel:
         return self.simulations
 
 
-BUILTIN = ("connect4", "go9", "go13", "go19", "othello")
+BUILTIN = ("chess", "connect4", "go9", "go13", "go19", "othello")
 """The built-in games with compiled rules; each names its OpenSpiel equivalent
 (``Game.openspiel``)."""
 

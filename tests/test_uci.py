@@ -1,0 +1,190 @@
+"""``azserve uci``: the real command (a tiny random-weights chess checkpoint) driven as
+cutechess-cli drives an engine: the handshake, positions, every kind of ``go``, ``stop`` during
+an infinite search, ``isready`` while searching, malformed input answered without a crash, and
+a whole game played move by move to its end."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from actors.games.chess import Chess
+from azserve.app.schema import load_config, to_dict
+from azserve.app.uci import Limits, UciError, centipawns, parse_go
+from learner.checkpoint import save_checkpoint
+from learner.trainer import Trainer
+from tests.test_cli import azserve_cmd
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def chess_checkpoint(directory: Path, plies: int = 256) -> Path:
+    """A learner checkpoint of a one-block, 8-channel chess net."""
+    cfg = load_config(
+        REPO / "configs" / "chess.toml",
+        [
+            "net.blocks=1",
+            "net.channels=8",
+            "backend.compile=none",
+            f"game=chess(max_plies={plies},history=1)",
+        ],
+    )
+    trainer = Trainer(replace(cfg.net, seed=5), replace(cfg.trainer, device="cpu"))
+    return save_checkpoint(directory / "checkpoints", 40, 5, trainer.state_dict(), to_dict(cfg))
+
+
+class Uci:
+    """The engine as a subprocess, read line by line on a thread (as a GUI does)."""
+
+    def __init__(self, checkpoint: Path) -> None:
+        self.p = subprocess.Popen(
+            [*azserve_cmd(), "uci", "--checkpoint", str(checkpoint), "--sims", "4"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.p.stdout is not None
+        for line in self.p.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def send(self, line: str) -> None:
+        assert self.p.stdin is not None
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+
+    def until(self, prefix: str, timeout: float = 60.0) -> list[str]:
+        """Lines up to and including the first that starts with ``prefix``."""
+        out = []
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"no {prefix!r} line; got {out}") from None
+            out.append(line)
+            if line.startswith(prefix):
+                return out
+
+    def close(self) -> int:
+        """``quit``: the exit status."""
+        self.send("quit")
+        return self.p.wait(timeout=30)
+
+    def shutdown(self) -> None:
+        """Killed if still running; every pipe closed."""
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        self.reader.join(timeout=10)
+        for pipe in (self.p.stdin, self.p.stdout, self.p.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def test_a_uci_session_with_the_real_command(tmp_path: Path) -> None:
+    chess = Chess(max_plies=256, history=1)
+    engine = Uci(chess_checkpoint(tmp_path / "run"))
+    try:
+        engine.send("uci")
+        hello = engine.until("uciok")
+        assert any(line.startswith("id name azserve") for line in hello)
+        engine.send("isready")
+        engine.until("readyok")
+        engine.send("ucinewgame")
+        engine.send("position startpos moves e2e4 e7e5 g1f3")
+        engine.send("go nodes 12")
+        out = engine.until("bestmove")
+        s = chess.initial_state()
+        for m in ["e2e4", "e7e5", "g1f3"]:
+            s = chess.apply(s, chess.parse_uci(s, m))
+        best = out[-1].split()[1]
+        chess.parse_uci(s, best)  # legal for black, or ValueError
+        info = [line for line in out if line.startswith("info depth")]
+        assert info and " nodes 12 " in info[-1] and " score cp " in info[-1]
+        pv = info[-1].split(" pv ")[1].split()
+        assert pv[0] == best
+        # an infinite search ends on stop, answering isready meanwhile
+        engine.send(
+            "position fen r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1"
+        )
+        engine.send("go infinite")
+        engine.send("isready")
+        engine.until("readyok")
+        engine.send("stop")
+        out = engine.until("bestmove")
+        kiwi = chess.from_fen(
+            "r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1"
+        )
+        chess.parse_uci(kiwi, out[-1].split()[1])
+        for go in ["go movetime 200", "go wtime 2000 btime 2000 winc 10 binc 10 movestogo 5"]:
+            engine.send(go)
+            chess.parse_uci(kiwi, engine.until("bestmove")[-1].split()[1])
+        # malformed input: answered, the last good position kept
+        for bad, why in [
+            ("position fen 8/8/8 w - - 0 1", "8 ranks"),
+            ("position startpos moves e2e5", "illegal"),
+            ("position startpos moves e2e4 xx", "not a UCI move"),
+            ("position somewhere", "startpos or fen"),
+            ("go nodes lots", "not a whole number"),
+            ("go sideways", "unknown limit"),
+            ("flip", "unknown command"),
+        ]:
+            engine.send(bad)
+            line = engine.until("info string error")[-1]
+            assert why in line, (bad, line)
+        engine.send("go nodes 4")
+        chess.parse_uci(kiwi, engine.until("bestmove")[-1].split()[1])
+        # a finished game: no move to give
+        engine.send("position fen 7k/6Q1/6K1/8/8/8/8/8 b - - 0 1")
+        engine.send("go nodes 4")
+        assert engine.until("bestmove")[-1] == "bestmove 0000"
+        assert engine.close() == 0
+    finally:
+        engine.shutdown()
+
+
+def test_the_engine_plays_a_whole_game_against_itself(tmp_path: Path) -> None:
+    """As cutechess-cli does: ``position startpos moves ...`` with every move so far, then
+    ``go``; each bestmove is legal, until the game ends (the checkpoint's ply cap: 40)."""
+    chess = Chess(max_plies=40, history=1)
+    engine = Uci(chess_checkpoint(tmp_path / "run", plies=40))
+    try:
+        engine.send("uci")
+        engine.until("uciok")
+        engine.send("ucinewgame")
+        s, moves = chess.initial_state(), []
+        while not s.over:
+            engine.send("position startpos" + (" moves " + " ".join(moves) if moves else ""))
+            engine.send("go nodes 3")
+            best = engine.until("bestmove")[-1].split()[1]
+            s = chess.apply(s, chess.parse_uci(s, best))
+            moves.append(best)
+        assert len(moves) <= 40
+        assert engine.close() == 0
+    finally:
+        engine.shutdown()
+
+
+def test_go_limits() -> None:
+    assert parse_go(["nodes", "100"], True) == Limits(nodes=100)
+    assert parse_go(["movetime", "1000"], True).movetime_ms == 1000 - 30
+    clock = parse_go(["wtime", "60000", "btime", "1000", "winc", "0", "binc", "100"], False)
+    assert clock.movetime_ms is not None and 0 < clock.movetime_ms <= 500
+    assert parse_go(["infinite"], True).infinite
+    for bad in (["nodes"], ["nodes", "-1"], ["fast"]):
+        with pytest.raises(UciError):
+            parse_go(bad, True)
+    assert centipawns(0.0) == 0 and centipawns(0.5) == 111 and centipawns(-1.0) < -10000
