@@ -100,6 +100,8 @@ def test_random_games_agree_with_openspiel(chess: Chess, chunk: int) -> None:
             assert not o.is_terminal(), where
             acts = chess.legal_actions(s)
             assert sorted(chess.openspiel_action(s, a) for a in acts) == o.legal_actions(), where
+            if len(moves) % 32 == 0:
+                assert chess.encode(s).max() <= 1, where
             a = rng.choice(acts)
             moves.append(chess.uci(s, a))
             o.apply_action(chess.openspiel_action(s, a))
@@ -237,7 +239,12 @@ def test_planes_from_the_side_to_moves_view_with_earlier_positions() -> None:
     assert obs[6 + 5, 0, 4] == 1  # black's king, top row, file e
     assert not obs[14:112].any()  # no earlier positions yet
     const = obs[112:, 0, 0]
-    assert list(const) == [0, 1, 1, 1, 1, 1, 0]  # white, move 1, all castling, clock 0
+    assert list(const) == [0, 0, 1, 1, 1, 1, 0]  # white, ply 0, all castling, clock 0
+    assert obs.max() == 1  # the server takes 0/1 planes only
+    late = chess.from_fen("4k3/8/8/8/8/8/8/4K2R w K - 50 129")  # ply 256 of 512, clock 50
+    planes = chess.encode(late)
+    assert planes[113].sum() == 32 and planes[113].flat[31] == 1 and planes[118].sum() == 32
+    assert planes[114].all() and not planes[115:118].any()
     s1 = chess.apply(s0, chess.parse_uci(s0, "e2e4"))
     obs1 = chess.encode(s1)
     assert obs1[0, 6].all()  # black's pawns, now the mover's, second row from below

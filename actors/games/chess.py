@@ -21,8 +21,9 @@ Planes ``[14 * (history + 1) + 7, 8, 8]`` from the side to move's view (row 0 th
 furthest from it): per position, the current one first and then ``history`` earlier ones, the
 mover's pawns, knights, bishops, rooks, queen, king, the opponent's, and ones where that
 position had stood twice, three times (all zero before the game's start); then ones when black
-is to move, the move number (capped at 255), the mover's castling rights (king side, queen
-side), the opponent's, and the halfmove clock.
+is to move, the plies played (the first ``64 * ply / max_plies`` cells set, in raster order:
+the server takes 0/1 planes only), the mover's castling rights (king side, queen side), the
+opponent's, and the halfmove clock (the first ``ceil(64 * clock / 100)`` cells set).
 
 The game ends as OpenSpiel's does (insufficient material, threefold repetition, mate,
 stalemate, the 50-move rule at a clock of 100, all automatic) and at ``max_plies`` plies,

@@ -540,15 +540,19 @@ static void ch_encode(const GameRules *r, const unsigned char *s, unsigned char 
         const unsigned char *h = s + CH_HIST_AT + CH_ITEM * i;
         if (h[64]) encode_board(h, h[64], us, out + (size_t)CH_PLANES_PER * 64 * (i + 1));
     }
+    /* the server takes 0/1 planes only: counts show as how many of a plane's 64 cells are
+     * set, in raster order (the game's progress towards the cap, the clock towards 100) */
     unsigned char *c = out + (size_t)CH_PLANES_PER * 64 * (g->history + 1);
-    int move = get_u16(s + 68) / 2 + 1, rights = s[65];
+    int ply = get_u16(s + 68), rights = s[65];
+    int progress = ply >= r->max_plies ? 64 : ply * 64 / r->max_plies;
+    int clock = (s[67] * 64 + 99) / 100;
     memset(c, us, 64);
-    memset(c + 64, move > 255 ? 255 : move, 64);
+    memset(c + 64, 1, (size_t)progress);
     memset(c + 128, rights >> (2 * us) & 1, 64);
     memset(c + 192, rights >> (2 * us) >> 1 & 1, 64);
     memset(c + 256, rights >> (2 * (us ^ 1)) & 1, 64);
     memset(c + 320, rights >> (2 * (us ^ 1)) >> 1 & 1, 64);
-    memset(c + 384, s[67], 64);
+    memset(c + 384, 1, (size_t)(clock > 64 ? 64 : clock));
 }
 
 const GameDef GAME_chess = {
