@@ -8,6 +8,7 @@ missing=()
 command -v srun >/dev/null && command -v slurmctld >/dev/null || missing+=(slurm-wlm)
 command -v munged >/dev/null || missing+=(munge)
 { command -v gnugo || test -x /usr/games/gnugo; } >/dev/null || missing+=(gnugo)  # Debian: /usr/games
+{ command -v stockfish || test -x /usr/games/stockfish; } >/dev/null || missing+=(stockfish)  # Debian: /usr/games
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

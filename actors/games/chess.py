@@ -225,6 +225,38 @@ class Chess(Game):
         """UCI text of action ``a`` at ``s``."""
         return self.move_of(s, a).uci()
 
+    def san(self, s: ChessState, a: int) -> str:
+        """Standard algebraic notation of legal action ``a`` at ``s`` (``Nbd2``, ``exd5``,
+        ``e8=Q+``, ``O-O#``), as PGN writes moves."""
+        m, b = self.move_of(s, a), s.blob
+        piece = _PIECES[b[m.frm] - 1].upper()
+        if piece == "K" and abs(m.to - m.frm) == 2:
+            text = "O-O" if m.to > m.frm else "O-O-O"
+        else:
+            capture = b[m.to] != 0 or (piece == "P" and m.to == b[66])
+            if piece == "P":
+                text = (_FILES[m.frm % 8] + "x" if capture else "") + _sq(m.to)
+                text += f"={m.promo.upper()}" if m.promo else ""
+            else:
+                rivals = [
+                    r.frm
+                    for r in (self.move_of(s, x) for x in self.legal_actions(s) if x != a)
+                    if r.to == m.to and b[r.frm] == b[m.frm]
+                ]
+                where = ""
+                if rivals:
+                    if all(r % 8 != m.frm % 8 for r in rivals):
+                        where = _FILES[m.frm % 8]
+                    elif all(r // 8 != m.frm // 8 for r in rivals):
+                        where = str(m.frm // 8 + 1)
+                    else:
+                        where = _sq(m.frm)
+                text = piece + where + ("x" if capture else "") + _sq(m.to)
+        after = self.apply(s, a)
+        if self._in_check(after.blob[:64], after.blob[64]):
+            text += "#" if after.over and after.value == -1.0 else "+"
+        return text
+
     def openspiel_action(self, s: ChessState, a: int) -> int:
         """OpenSpiel's number for our action ``a`` at ``s`` (a legal action)."""
         black = s.blob[64]

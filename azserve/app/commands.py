@@ -199,15 +199,17 @@ def register(sub: Any, common: Common) -> None:
         "match",
         help="a checkpoint against a GTP engine or OpenSpiel's MCTS: win rate with a 95%% CI",
         description="Play GAMES games against another engine, colours alternating, refereed "
-        "by our rules; SGF files (Go) and match.json go to --out. The opponent: a GTP command "
-        "line (looked for on PATH, then /usr/games), or openspiel-mcts:SIMS.",
+        "by our rules; SGF files (Go), PGN files (chess) and match.json go to --out. The "
+        "opponent: a GTP command line (looked for on PATH, then /usr/games), openspiel-mcts:SIMS, "
+        "or for chess uci:CMD[;OPTION=VALUE...] or greedy.",
     )
     common(p, config_required=False)
     checkpoint_arg(p)
     p.add_argument(
         "--opponent",
         required=True,
-        help='a GTP engine\'s command line ("gnugo --mode gtp --level 1"), or openspiel-mcts:SIMS',
+        help='a GTP engine\'s command line ("gnugo --mode gtp --level 1"), openspiel-mcts:SIMS, '
+        'random, checkpoint:PATH; chess: "uci:stockfish;Skill Level=0;movetime=50" or greedy',
     )
     p.add_argument("--games", type=int_in(1, 100_000), default=40, help="games to play")
     sims_arg(p, "per move (default eval.sims)")
@@ -236,7 +238,8 @@ def register(sub: Any, common: Common) -> None:
         dest="anchors",
         action="append",
         help='a fixed opponent, repeatable: random, gtp:CMD ("gtp:gnugo --mode gtp --level '
-        '1"), openspiel-mcts:SIMS or checkpoint:PATH (default: random)',
+        '1"), openspiel-mcts:SIMS, checkpoint:PATH, for chess greedy or uci:CMD[;OPTION=VALUE...] '
+        "(default: random)",
     )
     p.add_argument("--games", type=int_in(1, 1_000_000), default=50,
                    help="new games to play in this invocation")  # fmt: skip

@@ -110,7 +110,7 @@ def checkpoints_of(
 
 def anchor_entrant(spec: str) -> Entrant:
     kind, arg = parse_spec(spec)
-    name = RANDOM if kind == RANDOM else f"{kind}:{arg}"
+    name = kind if not arg else f"{kind}:{arg}"  # random, greedy: their kind alone
     return Entrant(name, spec)
 
 
@@ -242,7 +242,7 @@ class Roster:
         kind, arg = parse_spec(e.spec)
         if kind == "checkpoint":
             return AgentPlayer(self.agent(arg), self.sims, self.sample_moves, seed, name=e.name)
-        if kind == "gtp":
+        if kind in ("gtp", "uci"):  # one engine process per anchor, kept between games
             if e.name not in self._engines:
                 log = self.log_dir / (re.sub(r"[^A-Za-z0-9._-]+", "_", e.name)[:80] + ".log")
                 self._engines[e.name] = make_player(e.spec, seed, log)

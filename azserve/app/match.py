@@ -1,12 +1,13 @@
 """``azserve match``: a checkpoint against another player, game after game, colours alternating;
 the referee (``azserve.app.referee``) checks every move, scores every game and cross-checks the
-score with the opponent's own; each game is written down (SGF for Go), and the result is the win
+score with the opponent's own; each game is written down (SGF for Go, PGN for chess), and the result is the win
 rate with a 95% confidence interval. Disputed games (the opponent scores another winner, or
 refuses a legal move) count for neither side and are listed with both scores.
 
 Opponents (``azserve.app.players``): any GTP engine (``gnugo --mode gtp --level 1``: GnuGo is
 run with ``--chinese-rules --capture-all-dead --positional-superko``, so that the game is played
-out under our rules), ``openspiel-mcts:SIMS``, ``random``, or another ``checkpoint:PATH``.
+out under our rules), ``openspiel-mcts:SIMS``, ``random``, another ``checkpoint:PATH``, and for
+chess a UCI engine (``uci:stockfish;Skill Level=0;movetime=50``) or ``greedy``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from actors.games import Game
+from actors.games.chess import Chess
+from azserve.app.chess_players import pgn
 from azserve.app.players import RESIGN, AgentPlayer, Player, PlayerError, Refused, make_player
 from azserve.app.referee import GameRecord, play_game, sgf
 
@@ -148,7 +151,11 @@ def run_match(args: argparse.Namespace) -> int:
             r = play_one(game, i, our_color, ours, opponent)
             results.append(r)
             names = [ours.name, opponent.name] if our_color == 0 else [opponent.name, ours.name]
-            if hasattr(game, "size"):
+            if isinstance(game, Chess):
+                (out_dir / f"game-{i:04d}.pgn").write_text(
+                    pgn(game, r, names[0], names[1], date=today)
+                )
+            elif hasattr(game, "size"):
                 (out_dir / f"game-{i:04d}.sgf").write_text(
                     sgf(game, r, names[0], names[1], date=today)
                 )

@@ -6,6 +6,9 @@ that can score a finished game for its own verdict (``final_score``).
 A player spec (``--opponent``, the ladder's ``--anchor``):
 
 - ``random``: uniform random legal moves (the ladder's 0 Elo);
+- ``greedy``: chess only, the one-ply material-greedy mover (``azserve.app.chess_players``);
+- ``uci:CMD[;NAME=VALUE...]``: chess only, a UCI engine with its options and ``go`` limits
+  (``uci:stockfish;Skill Level=0;movetime=50``; ``azserve.app.chess_players``);
 - ``gtp:CMD`` or a bare command line: a GTP engine (``gnugo --mode gtp --level 1``); a command
   not found on PATH is looked for in /usr/games (where Debian puts GnuGo);
 - ``openspiel-mcts:SIMS``: OpenSpiel's MCTS bot (random rollouts, UCT c = 2), for the games
@@ -324,15 +327,20 @@ class OpenSpielMctsPlayer(Player):
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
-    """A player spec as (kind, argument): ``random``, ``gtp``, ``openspiel-mcts`` or
-    ``checkpoint``; ConfigError for an empty or malformed one."""
+    """A player spec as (kind, argument): ``random``, ``greedy``, ``uci``, ``gtp``,
+    ``openspiel-mcts`` or ``checkpoint``; ConfigError for an empty or malformed one."""
     s = spec.strip()
     if not s:
         raise ConfigError("player spec: empty; give random, gtp:CMD, openspiel-mcts:SIMS or "
                           "checkpoint:PATH")  # fmt: skip
-    if s == "random":
-        return "random", ""
+    if s in ("random", "greedy"):
+        return s, ""
     kind, sep, arg = s.partition(":")
+    if sep and kind == "uci":
+        from azserve.app.chess_players import parse_uci_spec
+
+        parse_uci_spec(arg)  # ConfigError for a malformed one
+        return kind, arg.strip()
     if sep and kind in ("gtp", "openspiel-mcts", "checkpoint"):
         if kind == "openspiel-mcts":
             try:
@@ -358,6 +366,10 @@ def make_player(spec: str, seed: int, log: Path | None = None, agent_player: Any
     kind, arg = parse_spec(spec)
     if kind == "random":
         return RandomPlayer(seed)
+    if kind in ("greedy", "uci"):
+        from azserve.app.chess_players import GreedyPlayer, UciPlayer
+
+        return GreedyPlayer(seed) if kind == "greedy" else UciPlayer(arg, log=log)
     if kind == "openspiel-mcts":
         return OpenSpielMctsPlayer(int(arg), seed)
     if kind == "checkpoint":
