@@ -48,7 +48,9 @@ def parse_uci_spec(arg: str) -> tuple[str, dict[str, str], dict[str, int]]:
             try:
                 limits[name] = int(value)
             except ValueError:
-                raise ConfigError(f"player 'uci:{arg}': {name}={value!r} is not a whole number") from None
+                raise ConfigError(
+                    f"player 'uci:{arg}': {name}={value!r} is not a whole number"
+                ) from None
             if limits[name] < 1:
                 raise ConfigError(f"player 'uci:{arg}': {name} must be at least 1")
         else:
@@ -105,12 +107,16 @@ class UciPlayer(Player):
                     return line
             left = deadline - time.monotonic()
             if left <= 0:
-                raise PlayerError(f"{self.name}: no {prefix!r} after {after!r} in {self.timeout_s:g} s")
+                raise PlayerError(
+                    f"{self.name}: no {prefix!r} after {after!r} in {self.timeout_s:g} s"
+                )
             ready, _, _ = select.select([fd], [], [], left)
             if ready:
                 chunk = os.read(fd, 65536)
                 if not chunk:
-                    raise PlayerError(f"{self.name}: exited (code {self.proc.wait()}) after {after!r}")
+                    raise PlayerError(
+                        f"{self.name}: exited (code {self.proc.wait()}) after {after!r}"
+                    )
                 self._buf += chunk
 
     def new_game(self, game: Game) -> None:
