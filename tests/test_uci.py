@@ -116,6 +116,9 @@ def test_a_uci_session_with_the_real_command(tmp_path: Path) -> None:
         assert info and " nodes 12 " in info[-1] and " score cp " in info[-1]
         pv = info[-1].split(" pv ")[1].split()
         assert pv[0] == best
+        engine.send("go nodes 12")  # the same position again: 12 more, counted afresh
+        again = [line for line in engine.until("bestmove") if line.startswith("info depth")]
+        assert " nodes 12 " in again[-1]
         # an infinite search ends on stop, answering isready meanwhile
         engine.send(
             "position fen r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1"

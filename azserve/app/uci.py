@@ -54,12 +54,12 @@ class Limits:
 
 class Searcher:
     """What searches for the engine: ``run(state, sims)`` adds ``sims`` simulations to the tree
-    at ``state`` and returns (nodes so far, value, principal variation)."""
+    at ``state`` (kept while the root stays) and returns (value, principal variation)."""
 
     def new_game(self) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def run(self, state: ChessState, sims: int) -> tuple[int, float, list[int]]:
+    def run(self, state: ChessState, sims: int) -> tuple[float, list[int]]:
         raise NotImplementedError  # pragma: no cover - interface
 
 
@@ -75,15 +75,10 @@ class AgentSearcher(Searcher):
         from actors.mcts import MCTS
 
         self.search = MCTS(self.agent.game, self.config, np.random.default_rng(0))
-        self.nodes = 0
-        self.root: ChessState | None = None
 
-    def run(self, state: ChessState, sims: int) -> tuple[int, float, list[int]]:
-        if state != self.root:
-            self.root, self.nodes = state, 0
+    def run(self, state: ChessState, sims: int) -> tuple[float, list[int]]:
         result = asyncio.run(self.search.search(state, self.agent.evaluator, False, sims))
-        self.nodes += sims
-        return self.nodes, float(result.root_value), self.search.principal_variation()
+        return float(result.root_value), self.search.principal_variation()
 
 
 def centipawns(value: float) -> int:
@@ -233,7 +228,9 @@ class Engine:
         stop = False
         while not stop:
             sims = CHUNK if limits.nodes is None else min(CHUNK, limits.nodes - nodes)
-            nodes, value, pv = self.searcher.run(s, sims) if sims > 0 else (nodes, value, pv)
+            if sims > 0:
+                value, pv = self.searcher.run(s, sims)
+                nodes += sims
             now = time.monotonic()
             elapsed_ms = (now - start) * 1000
             if limits.nodes is not None and nodes >= limits.nodes:
