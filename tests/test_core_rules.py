@@ -8,12 +8,13 @@ tests/test_openspiel_rules.py checks the references and the compiled rules again
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import core, core_name, core_rules
-from actors.games import make_game
+from actors.compiled_mcts import core, core_rules
+from actors.games import Game, make_game
 
 pytestmark = pytest.mark.skipif(core is None, reason="actors._mcts_core was not built")
 
@@ -29,13 +30,12 @@ def lockstep_games(name: str) -> int:
     return GAMES.get(name, DEFAULT_GAMES) * int(os.environ.get("AZSERVE_RULES_SCALE", "1"))
 
 
-def play_in_lockstep(name: str, games: int, seed: int = 7) -> int:
-    """``games`` random games of the built-in game ``name`` through its compiled rules and its
-    Python reference at once, asserting at every position the same planes, legal actions,
-    successor state (byte for byte), terminal flag and value. Returns the positions checked."""
-    game = make_game(name)
-    assert core_name(game) in core.GAMES
-    rules = core_rules(game)
+def play_in_lockstep(game: Game, rules: Any, games: int, seed: int = 7) -> int:
+    """``games`` random games of ``game`` (the Python reference) and its compiled ``rules``
+    (a ``Rules`` of the core) at once, asserting at every position the same planes, legal
+    actions, successor state (byte for byte), terminal flag and value. Returns the positions
+    checked."""
+    name = game.name
     rng = np.random.default_rng(seed)
     positions = 0
     for g in range(games):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.compiled_mcts import core, core_name
+from actors.compiled_mcts import core, core_name, core_rules
 from actors.games import BUILTIN_GAMES, make_game
 from tests.test_core_rules import lockstep_games, play_in_lockstep
 
@@ -95,5 +95,6 @@ def test_the_check_names_a_file_without_registration_or_reference() -> None:
 @pytest.mark.parametrize(("stem", "name"), lockstep_cases())
 def test_each_game_file_plays_as_its_python_reference(stem: str, name: str | None) -> None:
     assert name is not None, f"actors/core/games/{stem}.c has no Python reference"
+    game = make_game(name)
     games = lockstep_games(name)
-    assert play_in_lockstep(name, games) > games
+    assert play_in_lockstep(game, core_rules(game), games) > games
