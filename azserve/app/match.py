@@ -144,6 +144,7 @@ def run_match(args: argparse.Namespace) -> int:
         flush=True,
     )
     today = datetime.date.today().isoformat()
+    sides = ("white", "black") if isinstance(game, Chess) else ("black", "white")
     results: list[GameResult] = []
     try:
         for i in range(args.games):
@@ -173,7 +174,7 @@ def run_match(args: argparse.Namespace) -> int:
                 )
             )
             print(
-                f"game {i + 1}/{args.games}: azserve {'black' if our_color == 0 else 'white'}, "
+                f"game {i + 1}/{args.games}: azserve {sides[our_color]}, "
                 f"{r.result} ({r.reason}, {len(r.moves)} moves, {r.seconds:.0f} s{checked}); "
                 f"azserve {wins}/{len(results)}",
                 file=sys.stderr,
