@@ -202,9 +202,9 @@ def test_render_and_registry() -> None:
     assert isinstance(make_game("connect4"), ConnectFour)
     assert isinstance(make_game("tictactoe"), TicTacToe)
     with pytest.raises(
-        ValueError, match="known games: connect4, go13, go19, go9, othello, tictactoe"
+        ValueError, match="known games: chess, connect4, go13, go19, go9, othello, tictactoe"
     ):
-        make_game("chess")
+        make_game("shogi")
     with pytest.raises(ValueError, match="cannot import no_such_module"):
         make_game("no_such_module:Game")
     with pytest.raises(ValueError, match="has no Game subclass named Path"):
