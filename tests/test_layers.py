@@ -40,6 +40,7 @@ TORCH_ALLOWED = (
     "azserve.app.analyze",
     "azserve.app.play",
     "azserve.app.gtp",  # one torch thread for its in-process agent, as play
+    "azserve.app.uci",  # the same, for chess
     "azserve.app.match",  # the same
     "azserve.app.ladder",  # the same
     "azserve.app.train",
