@@ -83,8 +83,10 @@ class _Playout:
             for r in range(n) for c in range(n)
         ]  # fmt: skip
 
-    def _chain(self, board: list[int], p: int) -> tuple[list[int], set[int]]:
-        """(the chain through ``p``, its liberties)."""
+    def _chain(self, board: list[int], p: int, enough: int = 0) -> tuple[list[int], set[int]]:
+        """(the chain through ``p``, its liberties). ``enough`` > 0: stop as soon as that many
+        liberties are found (the chain is then partial): random play only asks whether a
+        chain has 0, 1 or more, and big chains made the full walk the playouts' hot spot."""
         color = board[p]
         seen = {p}
         stack = [p]
@@ -96,6 +98,8 @@ class _Playout:
                 v = board[r]
                 if v == EMPTY:
                     libs.add(r)
+                    if enough and len(libs) >= enough:
+                        return list(seen), libs
                 elif v == color and r not in seen:
                     seen.add(r)
                     stack.append(r)
@@ -108,10 +112,10 @@ class _Playout:
         bad = sum(1 for q in self.diags[p] if board[q] == other)
         return bad == 0 if len(self.diags[p]) < 4 else bad <= 1
 
-    def _play(self, board: list[int], p: int, me: int, ko: int) -> int | None:
-        """Play ``me`` at empty ``p`` in place; the new ko point (-1 for none), or None (and
-        the board unchanged) for a move random play does not make: a suicide, a ko retake,
-        or a self-atari that takes nothing."""
+    def _play(self, board: list[int], p: int, me: int, ko: int) -> tuple[int, list[int]] | None:
+        """Play ``me`` at empty ``p`` in place: (the new ko point or -1, the points taken), or
+        None (and the board unchanged) for a move random play does not make: a suicide, a ko
+        retake, or a self-atari that takes nothing."""
         if p == ko:
             return None
         board[p] = me
@@ -119,18 +123,18 @@ class _Playout:
         taken: list[int] = []
         for q in self.nbrs[p]:
             if board[q] == other:
-                chain, libs = self._chain(board, q)
+                chain, libs = self._chain(board, q, 1)
                 if not libs:
                     for c in chain:
                         board[c] = EMPTY
                     taken.extend(chain)
-        mine, libs = self._chain(board, p)
+        mine, libs = self._chain(board, p, 2)
         if not libs or (len(libs) == 1 and not taken):
             board[p] = EMPTY  # nothing was taken, so the board is as it was
             return None
         if len(taken) == 1 and len(mine) == 1 and len(libs) == 1:
-            return taken[0]
-        return -1
+            return taken[0], taken
+        return -1, taken
 
     def _urgent(self, board: list[int], last: int, me: int) -> list[int]:
         """Moves answering the opponent's ``last`` move, best first: take its chain when it is
@@ -139,19 +143,19 @@ class _Playout:
         out: list[int] = []
         if last < 0 or board[last] == EMPTY:
             return out
-        chain, libs = self._chain(board, last)
+        chain, libs = self._chain(board, last, 2)
         if len(libs) == 1:
             out.extend(libs)
         for q in self.nbrs[last]:
             if board[q] != me:
                 continue
-            mine, my_libs = self._chain(board, q)
+            mine, my_libs = self._chain(board, q, 2)
             if len(my_libs) != 1:
                 continue
             for c in mine:  # take an opponent chain next to ours that is in atari
                 for r in self.nbrs[c]:
                     if board[r] == 3 - me:
-                        _, their = self._chain(board, r)
+                        _, their = self._chain(board, r, 2)
                         if len(their) == 1:
                             out.extend(their)
             out.extend(my_libs)  # extend (the move is refused if still in atari)
@@ -160,28 +164,46 @@ class _Playout:
     def play_out(self, board: list[int], me: int, rng: random.Random) -> list[int]:
         """Random play from ``board`` (``me`` to move) to the end; the final board."""
         board = list(board)
+        empties = [p for p in range(self.cells) if board[p] == EMPTY]
+        where = {p: i for i, p in enumerate(empties)}  # point -> its index in empties
         ko, passes, moves, last = -1, 0, 0, -1
         limit = 3 * self.cells
         while passes < 2 and moves < limit:
-            played = -1
+            played, result = -1, None
             for p in self._urgent(board, last, me):
-                new_ko = self._play(board, p, me, ko)
-                if new_ko is not None:
-                    ko, played = new_ko, p
+                result = self._play(board, p, me, ko)
+                if result is not None:
+                    played = p
                     break
             if played < 0:
-                empties = [p for p in range(self.cells) if board[p] == EMPTY]
-                rng.shuffle(empties)
-                for p in empties:
-                    if self._is_eye(board, p, me):
-                        continue
-                    new_ko = self._play(board, p, me, ko)
-                    if new_ko is not None:
-                        ko, played = new_ko, p
-                        break
-            passes = 0 if played >= 0 else passes + 1
-            if played < 0:
-                ko = -1
+                # Uniform among the moves random play makes: draw from the untried empty
+                # points, setting aside (swapping to the end) each one refused.
+                k = len(empties)
+                while k:
+                    j = rng.randrange(k)
+                    p = empties[j]
+                    if not self._is_eye(board, p, me):
+                        result = self._play(board, p, me, ko)
+                        if result is not None:
+                            played = p
+                            break
+                    k -= 1
+                    q = empties[k]
+                    empties[j], empties[k] = q, p
+                    where[q], where[p] = j, k
+            if played >= 0 and result is not None:
+                i = where.pop(played)  # the point is a stone now: out of the empties
+                tail = empties.pop()
+                if tail != played:
+                    empties[i] = tail
+                    where[tail] = i
+                for c in result[1]:  # the points taken are empty again
+                    where[c] = len(empties)
+                    empties.append(c)
+                ko = result[0]
+                passes = 0
+            else:
+                ko, passes = -1, passes + 1
             last = played
             me = 3 - me
             moves += 1
