@@ -164,8 +164,8 @@ def sgf_record(
         props += f"DT[{date}]"
     if comment:
         props += f"C[{_escape(comment)}]"
-    for color, key in ((0, "AB"), (1, "AW")):
-        stones = [point(p) for c, p in setup if c == color]
+    for side, key in ((0, "AB"), (1, "AW")):
+        stones = [point(p) for c, p in setup if c == side]
         if stones:
             props += key + "".join(f"[{x}]" for x in stones)
     if setup and all(c == 0 for c, _ in setup):
@@ -173,8 +173,8 @@ def sgf_record(
     first = 1 if setup and all(c == 0 for c, _ in setup) else 0
     body = []
     for i, a in enumerate(moves):
-        color = "BW"[colors[i] if i < len(colors) else (first + i) % 2]
-        node = f";{color}[]" if a == game.pass_action else f";{color}[{point(a)}]"
+        mover = "BW"[colors[i] if i < len(colors) else (first + i) % 2]
+        node = f";{mover}[]" if a == game.pass_action else f";{mover}[{point(a)}]"
         if i < len(comments) and comments[i]:
             node += f"C[{_escape(comments[i])}]"
         body.append(node)
