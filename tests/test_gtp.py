@@ -4,6 +4,7 @@ in-process."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 from dataclasses import replace
@@ -180,3 +181,21 @@ def test_board_undo_and_errors() -> None:
         b.play(1, 40)
     b.undo()
     assert b.state == b.game.initial_state()
+
+
+def test_a_failed_analysis_stream_ends_and_the_session_goes_on() -> None:
+    class Broken(MoveSource):
+        async def search(self, game, state, visits, deadline=None, on_slice=None):  # type: ignore[no-untyped-def]
+            raise RuntimeError("the net went away")
+
+    out: list[str] = []
+    e = Engine(Broken(), out=out.append)
+
+    async def session() -> str | None:
+        assert await e.areply("7 lz-analyze 10") is None
+        await asyncio.sleep(0.05)
+        await e.stop()  # the stream's blank line, though its search failed
+        return await e.areply("name")
+
+    assert asyncio.run(session()) == "= azserve\n\n"
+    assert out == ["=7\n", "\n"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import logging
 import math
 import re
 import sys
@@ -60,6 +61,7 @@ COMMANDS = (
 )  # fmt: skip
 MAX_LINE = 8192
 """The longest command line read (characters); a longer one gets ``? line too long``."""
+log = logging.getLogger("azserve.app.gtp")
 _VERTEX = re.compile(r"^[A-Za-z][0-9]{1,2}$")
 
 
@@ -178,6 +180,8 @@ class Engine:
                 await task
             except asyncio.CancelledError:
                 pass
+            except Exception as exc:  # the stream ended early; the session goes on
+                log.error("the analysis stream failed: %s", exc)
             self.out("\n")
 
     # --- helpers ---------------------------------------------------------------------------
