@@ -30,10 +30,6 @@ def parse_color(text: str) -> int:
     return color
 
 
-def color_name(color: int) -> str:
-    return "black" if color == 0 else "white"
-
-
 @dataclass
 class Board:
     """The position and what undo needs: the states played through and the moves (colour,
@@ -179,7 +175,6 @@ __all__ = [
     "COLORS",
     "Board",
     "GtpError",
-    "color_name",
     "free_handicap_points",
     "handicap_points",
     "parse_color",
