@@ -1,36 +1,44 @@
-"""The compiled core's table of games (actors/core/games/) against the pure-Python references,
-move by move over random games: the same legal actions, successor states (byte for byte),
-terminal flags, values and encoded planes. tests/test_openspiel_rules.py checks the references
-and the compiled rules against OpenSpiel."""
+"""The compiled core's rules of games (actors/core/games/): refusals of bad input, Go sized at
+run time, superko from the history; and ``play_in_lockstep``, the move-by-move check of a
+game's compiled rules against its pure-Python reference over random games (the same legal
+actions, successor states byte for byte, terminal flags, values and encoded planes), which
+tests/test_game_registry.py runs for every file of actors/core/games/.
+tests/test_openspiel_rules.py checks the references and the compiled rules against OpenSpiel."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import core, core_name, core_rules
-from actors.games import make_game
+from actors.compiled_mcts import core, core_rules
+from actors.games import Game, make_game
 
 pytestmark = pytest.mark.skipif(core is None, reason="actors._mcts_core was not built")
 
 GAMES = {"tictactoe": 300, "connect4": 300, "othello": 200, "go9": 40, "go13": 8, "go19": 3}
-"""Random games per game (AZSERVE_RULES_SCALE multiplies them for a long run)."""
+"""Random games per game in tests/test_game_registry.py's lockstep (AZSERVE_RULES_SCALE
+multiplies them for a long run); a game not listed plays ``DEFAULT_GAMES``."""
+
+DEFAULT_GAMES = 20
 
 
-def _games(name: str) -> int:
-    return GAMES[name] * int(os.environ.get("AZSERVE_RULES_SCALE", "1"))
+def lockstep_games(name: str) -> int:
+    """How many random games ``play_in_lockstep`` plays of the built-in game ``name``."""
+    return GAMES.get(name, DEFAULT_GAMES) * int(os.environ.get("AZSERVE_RULES_SCALE", "1"))
 
 
-@pytest.mark.parametrize("name", sorted(GAMES))
-def test_the_core_plays_every_game_as_its_reference(name: str) -> None:
-    game = make_game(name)
-    assert core_name(game) in core.GAMES
-    rules = core_rules(game)
-    rng = np.random.default_rng(7)
+def play_in_lockstep(game: Game, rules: Any, games: int, seed: int = 7) -> int:
+    """``games`` random games of ``game`` (the Python reference) and its compiled ``rules``
+    (a ``Rules`` of the core) at once, asserting at every position the same planes, legal
+    actions, successor state (byte for byte), terminal flag and value. Returns the positions
+    checked."""
+    name = game.name
+    rng = np.random.default_rng(seed)
     positions = 0
-    for g in range(_games(name)):
+    for g in range(games):
         s, moves = game.initial_state(), []
         while True:
             blob, history = game.core_state(s)
@@ -48,7 +56,7 @@ def test_the_core_plays_every_game_as_its_reference(name: str) -> None:
             if terminal:
                 assert value == game.terminal_value(s), where + f"\nafter {a}"
                 break
-    assert positions > _games(name)
+    return positions
 
 
 def test_the_core_refuses_bad_blobs_and_illegal_moves() -> None:
@@ -114,18 +122,3 @@ def test_superko_comes_from_the_history() -> None:
                 return
             s = go.apply(s, int(rng.choice(sorted(legal))))
     pytest.fail("no superko refusal in 400 random games")
-
-
-def test_every_game_file_is_in_the_table_and_has_a_reference() -> None:
-    """The table is built from the files of actors/core/games/ (setup.py): each file's game is
-    in it, and each is some built-in Python game's compiled rules (checked move by move by the
-    test above)."""
-    from pathlib import Path
-
-    from actors.games import BUILTIN_GAMES
-
-    files = {p.stem for p in (Path(__file__).parents[1] / "actors/core/games").glob("*.c")}
-    assert set(core.GAMES) == files
-    references = {core_name(make_game(name)) for name in BUILTIN_GAMES}
-    assert files <= references
-    assert {name for name in BUILTIN_GAMES if core_name(make_game(name))} <= set(GAMES)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from actors.games import BUILTIN_GAMES
+from actors.games.connect4_benchmark import SET_NAMES
 from azserve.app.cli import main
-from azserve.app.evaluate import SET_NAMES
 from azserve.app.schema import load_config, to_dict
 from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer

@@ -10,17 +10,11 @@ from pathlib import Path
 import pytest
 
 from actors.games import make_game
+from actors.games.connect4_benchmark import SET_NAMES, MistakeRate, load_positions
+from actors.games.minimax import OptimalMoves
 from actors.games.solver import TicTacToeSolver
 from azserve.app.agent import Agent
-from azserve.app.evaluate import (
-    SET_NAMES,
-    connect4_mistakes,
-    evaluate_checkpoint,
-    load_c4_benchmark,
-    match,
-    resolve_data_path,
-    tictactoe_optimality,
-)
+from azserve.app.evaluate import evaluate_checkpoint, match, resolve_data_path
 from azserve.app.schema import EvalConfig, load_config, to_dict
 from azserve.model.spec import NetConfig
 from learner.checkpoint import save_checkpoint
@@ -28,6 +22,7 @@ from learner.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 C4_DATA = EvalConfig().c4_positions
+C4_FILE = resolve_data_path(C4_DATA)
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 SMALL_C4 = NetConfig(in_channels=2, height=6, width=7, num_actions=7, blocks=1, channels=8)
@@ -47,7 +42,7 @@ def ttt_agent(seed: int = 0) -> Agent:
 def test_load_c4_benchmark() -> None:
     # The positions are project data: no file outside the repository is needed.
     assert resolve_data_path(C4_DATA).resolve() == REPO / "data" / "connect4" / "move_scores.tsv"
-    rows = load_c4_benchmark(C4_DATA)
+    rows = load_positions(C4_FILE)
     assert len(rows) == 1000
     counts = Counter(r["set"] for r in rows)
     assert set(counts) == set(SET_NAMES) and len(counts) == 6
@@ -67,11 +62,17 @@ def test_load_c4_benchmark() -> None:
     assert rows[0]["sign_optimal"] == {6}
     # Several-column sets are parsed whole.
     assert any(r["sign_optimal"] == set(range(7)) for r in rows)
-    assert load_c4_benchmark(C4_DATA, limit=10) == rows[:10]
+    assert load_positions(C4_FILE, limit=10) == rows[:10]
+
+
+def test_the_games_name_their_benchmarks() -> None:
+    assert [type(b) for b in make_game("connect4").benchmarks()] == [MistakeRate]
+    assert [type(b) for b in make_game("tictactoe").benchmarks()] == [OptimalMoves]
+    assert make_game("othello").benchmarks() == ()
 
 
 def test_connect4_mistakes_per_set() -> None:
-    out = connect4_mistakes(c4_agent(), C4_DATA, sims=0)
+    out = MistakeRate().run(c4_agent(), 0, C4_FILE)
     assert out["positions"] == 1000
     assert "mcts" not in out
     rates = out["policy"]
@@ -79,28 +80,26 @@ def test_connect4_mistakes_per_set() -> None:
     for name, rate in rates.items():
         assert 0.0 <= rate <= 1.0, name
     # overall is the position-weighted mean of the sets
-    sizes = {
-        SET_NAMES[s]: n for s, n in Counter(r["set"] for r in load_c4_benchmark(C4_DATA)).items()
-    }
+    sizes = {SET_NAMES[s]: n for s, n in Counter(r["set"] for r in load_positions(C4_FILE)).items()}
     weighted = sum(rates[k] * n for k, n in sizes.items()) / 1000
     assert rates["overall"] == pytest.approx(weighted)
 
 
 def test_connect4_mistakes_with_search() -> None:
-    out = connect4_mistakes(c4_agent(), C4_DATA, sims=4, limit=40)
+    out = MistakeRate().run(c4_agent(), 4, C4_FILE, limit=40)
     assert out["positions"] == 40
     for label in ("policy", "mcts"):
         assert 0.0 <= out[label]["overall"] <= 1.0
 
 
 def test_tictactoe_optimality_of_a_random_net() -> None:
-    out = tictactoe_optimality(ttt_agent(), sims=2)
+    out = OptimalMoves("tictactoe").run(ttt_agent(), 2)
     assert out["positions"] == 4520
     for key in ("policy_optimal", "mcts_optimal"):
         assert 0.0 <= out[key] <= 1.0
     # Random play is far from perfect, but many positions have several optimal moves.
     assert out["policy_optimal"] < 0.95
-    assert set(tictactoe_optimality(ttt_agent(), sims=0)) == {"positions", "policy_optimal"}
+    assert set(OptimalMoves("tictactoe").run(ttt_agent(), 0)) == {"positions", "policy_optimal"}
 
 
 def test_solver_knows_the_game() -> None:

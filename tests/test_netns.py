@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -60,6 +61,10 @@ def test_destroy_kills_leftover_processes_and_removes_namespaces() -> None:
     lan = make_lan(1)
     (host,) = lan
     left = host.popen(["sleep", "300"])
+    # `ip netns exec` enters the namespace only after it starts: wait until it is listed there.
+    deadline = time.monotonic() + 10
+    while left.pid not in host.pids() and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert left.pid in host.pids()
     destroy_lan(lan)
     assert left.wait(timeout=10) == -9

@@ -17,10 +17,20 @@ import sys
 from pathlib import Path
 
 from actors.games.base import Game, State
+from actors.games.benchmark import Benchmark
 from actors.games.connect4 import ConnectFour
 from actors.games.tictactoe import TicTacToe
 
-__all__ = ["BUILTIN_GAMES", "ConnectFour", "Game", "State", "TicTacToe", "make_game"]
+__all__ = [
+    "BUILTIN_GAMES",
+    "Benchmark",
+    "ConnectFour",
+    "Game",
+    "State",
+    "TicTacToe",
+    "benchmarks_by_name",
+    "make_game",
+]
 
 BUILTIN_GAMES: dict[str, str] = {
     "tictactoe": "actors.games.tictactoe:TicTacToe",
@@ -83,3 +93,15 @@ def _load_class(target: str, spec: str) -> type[Game]:
     if not (isinstance(cls, type) and issubclass(cls, Game)):
         raise ValueError(f"game {spec!r}: {where} has no Game subclass named {cls_name}")
     return cls
+
+
+def benchmarks_by_name(spec: str | None = None) -> dict[str, Benchmark]:
+    """The benchmarks of the game ``spec`` names, by name (their keys in ``eval.jsonl``): how
+    a run's evaluations are read back. Without a game, or when ``spec`` no longer loads (a
+    game file moved away), those of every built-in game."""
+    if spec is not None:
+        try:
+            return {b.name: b for b in make_game(spec).benchmarks()}
+        except ValueError:
+            pass
+    return {b.name: b for name in BUILTIN_GAMES for b in make_game(name).benchmarks()}

@@ -9,16 +9,20 @@ One game is one file: a ``Game`` subclass. The search, actors, learner, evaluati
 ``analyze`` and the server's shapes take everything from it (docs/games.md walks through
 adding one). A built-in game may also name its entry in the compiled core's table of games
 (``core_name``, ``core_params``, ``core_state``: actors/core/games/), so the compiled search plays it; every
-other game runs the pure-Python search.
+other game runs the pure-Python search. A game may name its benchmarks (``benchmarks``), what
+``azserve eval`` scores it on.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from actors.games.benchmark import Benchmark
 
 State: TypeAlias = Any
 """An immutable, hashable game position (each game defines a NamedTuple)."""
@@ -47,6 +51,12 @@ class Game(abc.ABC):
     """The same game in OpenSpiel, as ``pyspiel.load_game`` takes it (``"connect_four"``,
     ``"go(board_size=9,komi=7.5)"``), or None where OpenSpiel has none: what the OpenSpiel
     opponents, the rules tests and the MCTS benchmark load."""
+
+    def benchmarks(self) -> tuple[Benchmark, ...]:
+        """What ``azserve eval`` and training's evaluations score the game on
+        (actors/games/benchmark.py); none by default, and a game without one is scored by
+        matches against uniform random play."""
+        return ()
 
     def core_state(self, s: State) -> tuple[bytes, bytes]:
         """(blob, history): ``s`` in the compiled core's layout (each built-in game's module

@@ -14,6 +14,8 @@ from typing import NamedTuple
 import numpy as np
 
 from actors.games.base import Game
+from actors.games.benchmark import Benchmark
+from actors.games.connect4_benchmark import MistakeRate
 
 WIDTH = 7
 HEIGHT = 6
@@ -126,6 +128,9 @@ class ConnectFour(Game):
             np.ascontiguousarray(policy[:, ::-1]),
         )
         return [(obs, policy), mirrored]
+
+    def benchmarks(self) -> tuple[Benchmark, ...]:
+        return (MistakeRate(),)
 
     def render(self, s: C4State) -> str:
         first = s.stones if s.ply % 2 == 0 else s.stones ^ s.mask

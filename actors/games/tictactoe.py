@@ -8,6 +8,8 @@ from typing import NamedTuple
 import numpy as np
 
 from actors.games.base import Game
+from actors.games.benchmark import Benchmark
+from actors.games.minimax import OptimalMoves
 
 _LINES = [
     0b000000111,
@@ -107,6 +109,10 @@ class TicTacToe(Game):
                     o, p = o[..., ::-1], p[..., ::-1]
                 out.append((np.ascontiguousarray(o), np.ascontiguousarray(p).reshape(n, 9)))
         return out
+
+    def benchmarks(self) -> tuple[Benchmark, ...]:
+        # Small enough to solve whole: every reachable position, scored against minimax.
+        return (OptimalMoves(self.name),)
 
     def render(self, s: TTTState) -> str:
         first = s.stones if s.ply % 2 == 0 else s.stones ^ s.mask

@@ -1,5 +1,7 @@
 """Learning curves of several runs in one image: mistake rate per benchmark set against wall
-time and against positions recorded, raw policy and MCTS, one colour per run.
+time and against positions recorded, raw policy and MCTS, one colour per run. The rates are
+the series of the game's benchmarks (actors/games/benchmark.py): an error rate as it is, a
+success rate (optimal moves) as one minus it.
 
 A run directory (``azserve train``'s) holds ``eval.jsonl`` (periodic raw-policy scores and the
 final MCTS one), optionally ``curve.jsonl`` (MCTS scores of kept checkpoints, written after the
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +26,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on these machines
 import matplotlib.pyplot as plt  # noqa: E402
 
+from actors.games import Benchmark, benchmarks_by_name  # noqa: E402
+from actors.games.benchmark import OVERALL  # noqa: E402
 from learner.runlog import read_metrics  # noqa: E402
-
-OVERALL = "overall"
 
 
 @dataclass(frozen=True)
@@ -46,14 +49,21 @@ class CurvePoint:
     """MCTS mistake rate per set at the eval setting; empty when not measured."""
 
 
-def mistake_rates(result: dict[str, Any], label: str) -> dict[str, float]:
+def mistake_rates(
+    result: dict[str, Any], label: str, benchmarks: dict[str, Benchmark] | None = None
+) -> dict[str, float]:
     """Per-set mistake rates of one evaluation row (``evaluate_checkpoint``'s output) for
-    ``label`` ``"policy"`` or ``"mcts"``; empty when that row did not measure it."""
-    if "connect4" in result and label in result["connect4"]:
-        return {k: float(v) for k, v in result["connect4"][label].items()}
-    ttt = result.get("tictactoe", {})
-    key = f"{label}_optimal"
-    return {OVERALL: 1.0 - float(ttt[key])} if key in ttt else {}
+    ``label`` ``"policy"`` or ``"mcts"``, from the series of ``benchmarks`` (by name; every
+    built-in game's when None); empty when that row did not measure it."""
+    if benchmarks is None:
+        benchmarks = benchmarks_by_name()
+    rates: dict[str, float] = {}
+    for name, bench in benchmarks.items():
+        if isinstance(result.get(name), dict):
+            for s in bench.series:
+                if s.search == label:
+                    rates.update(s.mistake_rates(result[name]))
+    return rates
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -90,20 +100,28 @@ class Timeline:
 
 
 def join_points(
-    evals: list[dict[str, Any]], metrics: list[dict[str, Any]], started: float | None = None
+    evals: list[dict[str, Any]],
+    metrics: list[dict[str, Any]],
+    started: float | None = None,
+    benchmarks: dict[str, Benchmark] | None = None,
 ) -> list[CurvePoint]:
     """Curve points from evaluation rows and metrics rows, sorted by step; rows of the same
     step merge (a periodic raw-policy row and a later MCTS row of that checkpoint). Minutes
-    count from ``started`` (Unix time), else from the first metrics row."""
-    return _points(evals, Timeline(metrics, started))
+    count from ``started`` (Unix time), else from the first metrics row. ``benchmarks``: the
+    run's game's, by name (every built-in game's when None)."""
+    if benchmarks is None:
+        benchmarks = benchmarks_by_name()
+    return _points(evals, Timeline(metrics, started), benchmarks)
 
 
-def _points(evals: list[dict[str, Any]], timeline: Timeline) -> list[CurvePoint]:
+def _points(
+    evals: list[dict[str, Any]], timeline: Timeline, benchmarks: dict[str, Benchmark]
+) -> list[CurvePoint]:
     merged: dict[int, dict[str, dict[str, float]]] = {}
     for e in evals:
         m = merged.setdefault(int(e["step"]), {"policy": {}, "mcts": {}})
         for label in ("policy", "mcts"):
-            m[label].update(mistake_rates(e, label))
+            m[label].update(mistake_rates(e, label, benchmarks))
     out = []
     for step, m in sorted(merged.items()):
         place = timeline.at(step)
@@ -118,7 +136,16 @@ def read_run(run_dir: str | Path) -> list[CurvePoint]:
     """The curve points of one ``azserve train`` run directory."""
     d = Path(run_dir)
     evals = _read_jsonl(d / "eval.jsonl") + _read_jsonl(d / "curve.jsonl")
-    return _points(evals, Timeline.of_run(d))
+    return _points(evals, Timeline.of_run(d), benchmarks_by_name(run_game(d)))
+
+
+def run_game(run_dir: str | Path) -> str | None:
+    """The game a run played (``game`` in its ``config.toml``), if it says."""
+    try:
+        game = tomllib.loads((Path(run_dir) / "config.toml").read_text()).get("game")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    return game if isinstance(game, str) else None
 
 
 def run_started(run_dir: str | Path) -> float | None:

@@ -1,20 +1,18 @@
-"""How good is the agent? Scores against perfect play and matches against other players.
+"""How good is the agent? Its game's benchmarks, and matches against other players.
 
-- Tic-tac-toe: fraction of all 4,520 reachable non-terminal positions where the agent's move is
-  optimal (exhaustive minimax), for the raw policy and for MCTS.
-- Connect Four: mistake rate per benchmark set on ``move_scores.tsv`` (a move outside
-  ``sign_optimal_columns`` changes the game-theoretic outcome), as in AlphaZero.jl's benchmark.
+- Benchmarks: what the game scores itself on (``Game.benchmarks()``, actors/games/benchmark.py):
+  tic-tac-toe the share of optimal moves over every reachable position, Connect Four the
+  mistake rate per set of positions with exact scores; raw policy and MCTS.
 - Matches: win/draw/loss against uniform random play and against an earlier version.
 
-``azserve eval --checkpoint RUN`` runs the first two, or a match against random play for the
-other games, on one checkpoint (``run_eval``).
+``azserve eval --checkpoint RUN`` runs the benchmarks, or a match against random play for a
+game without any, on one checkpoint (``run_eval``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import csv
 import sys
 import time
 from pathlib import Path
@@ -22,69 +20,34 @@ from typing import Any
 
 import numpy as np
 
-from actors.games import Game, State, make_game
-from actors.games.solver import TicTacToeSolver
+from actors.games import BUILTIN_GAMES, Benchmark, Game, State, make_game
 from azserve.app.agent import Agent, analysis_mcts
 from azserve.app.presets import resolve_data_path
 from azserve.app.schema import Config
 from azserve.errors import ConfigError, WeightsError
 from azserve.model.weights import load_weights_file
 
-SET_NAMES = {
-    "Test_L3_R1": "End-Easy",
-    "Test_L2_R1": "Middle-Easy",
-    "Test_L2_R2": "Middle-Medium",
-    "Test_L1_R1": "Beginning-Easy",
-    "Test_L1_R2": "Beginning-Medium",
-    "Test_L1_R3": "Beginning-Hard",
-}
 
-
-def tictactoe_optimality(agent: Agent, sims: int) -> dict[str, float]:
-    """Fractions of reachable non-terminal positions where the move is optimal."""
-    solver = TicTacToeSolver()
-    states = solver.reachable_nonterminal_states()
-    optimal = [solver.optimal_actions(s) for s in states]
-    out: dict[str, float] = {"positions": float(len(states))}
-    raw = agent.analyze_sync(states, 0)
-    out["policy_optimal"] = float(np.mean([a.move in o for a, o in zip(raw, optimal)]))
-    if sims > 0:
-        searched = agent.analyze_sync(states, sims)
-        out["mcts_optimal"] = float(np.mean([a.move in o for a, o in zip(searched, optimal)]))
+def benchmark_scores(agent: Agent, sims: int, positions: str, limit: int) -> dict[str, Any]:
+    """Each of the agent's game's benchmarks run, their results by name. ``positions`` (a data
+    path, found by ``resolve_data_path``) and ``limit`` go to those that read positions from a
+    file."""
+    out: dict[str, Any] = {}
+    for b in agent.game.benchmarks():
+        if b.takes_positions:
+            out[b.name] = b.run(agent, sims, resolve_data_path(positions), limit)
+        else:
+            out[b.name] = b.run(agent, sims)
     return out
 
 
-def load_c4_benchmark(path: str, limit: int = 0) -> list[dict[str, Any]]:
-    """Rows of move_scores.tsv with zero-based ``moves`` and ``sign_optimal`` column sets."""
-    rows = []
-    with resolve_data_path(path).open() as f:
-        for row in csv.DictReader(f, delimiter="\t"):
-            rows.append(
-                {
-                    "moves": [int(c) - 1 for c in row["moves"]],
-                    "sign_optimal": {int(c) - 1 for c in row["sign_optimal_columns"].split(",")},
-                    "set": row["test_set"],
-                }
-            )
-            if limit and len(rows) >= limit:
-                break
-    return rows
-
-
-def connect4_mistakes(agent: Agent, path: str, sims: int, limit: int = 0) -> dict[str, Any]:
-    """Mistake rate per benchmark set (and overall), raw policy and with ``sims`` MCTS."""
-    rows = load_c4_benchmark(path, limit)
-    states = [agent.game.from_moves(r["moves"]) for r in rows]
-    out: dict[str, Any] = {"positions": len(rows)}
-    for label, n in (("policy", 0), ("mcts", sims)):
-        if label == "mcts" and sims <= 0:
-            continue
-        moves = [a.move for a in agent.analyze_sync(states, n)]
-        wrong = np.array([m not in r["sign_optimal"] for m, r in zip(moves, rows)])
-        sets = np.array([r["set"] for r in rows])
-        per_set = {SET_NAMES.get(s, s): float(wrong[sets == s].mean()) for s in sorted(set(sets))}
-        out[label] = {"overall": float(wrong.mean()), **per_set}
-    return out
+def games_with_positions() -> list[str]:
+    """The built-in games one of whose benchmarks reads a positions file."""
+    return [
+        name
+        for name in BUILTIN_GAMES
+        if any(b.takes_positions for b in make_game(name).benchmarks())
+    ]
 
 
 async def _play(
@@ -141,8 +104,9 @@ def match(
 def evaluate_checkpoint(
     cfg: Config, path: str | Path, full: bool, previous: str | Path | None = None
 ) -> dict[str, Any]:
-    """Score one checkpoint: against perfect play (raw policy always, MCTS when ``full``), against
-    uniform random, and against ``previous`` (an earlier checkpoint) when given."""
+    """Score one checkpoint: its game's benchmarks (raw policy always, MCTS when ``full``),
+    matches against uniform random, and against ``previous`` (an earlier checkpoint) when
+    given."""
     game = make_game(cfg.game)
     # Read both files now: during a run, retention may delete ``previous`` (the oldest kept)
     # while the benchmark below computes.
@@ -163,11 +127,7 @@ def evaluate_checkpoint(
 
 def _scores(cfg: Config, agent: Agent, earlier: Agent | None, full: bool) -> dict[str, Any]:
     sims = cfg.eval.sims if full else 0
-    out: dict[str, Any] = {}
-    if cfg.game == "tictactoe":
-        out["tictactoe"] = tictactoe_optimality(agent, sims)
-    elif cfg.game == "connect4":
-        out["connect4"] = connect4_mistakes(agent, cfg.eval.c4_positions, sims, cfg.eval.c4_limit)
+    out = benchmark_scores(agent, sims, cfg.eval.c4_positions, cfg.eval.c4_limit)
     if cfg.eval.match_games:
         out["vs_random"] = match(agent, None, cfg.eval.match_games, cfg.eval.match_sims)
         if earlier is not None:
@@ -178,8 +138,8 @@ def _scores(cfg: Config, agent: Agent, earlier: Agent | None, full: bool) -> dic
 
 
 def eval_scalars(result: dict[str, Any], prefix: str = "eval") -> dict[str, float]:
-    """An evaluation result as flat TensorBoard scalars: ``{"tictactoe": {"policy_optimal":
-    0.98}}`` -> ``{"eval/tictactoe/policy_optimal": 0.98}``; match results as scores in [0, 1]
+    """An evaluation result as flat TensorBoard scalars: ``{NAME: {"policy_optimal": 0.98}}``
+    -> ``{"eval/NAME/policy_optimal": 0.98}``; match results as scores in [0, 1]
     (win 1, draw 1/2)."""
     out: dict[str, float] = {}
     for key, value in result.items():
@@ -202,12 +162,17 @@ def run_eval(args: argparse.Namespace) -> int:
     from learner.checkpoint import load_checkpoint
 
     cfg, agent = agent_from_checkpoint(args.checkpoint, args.config, args.overrides, args.game)
-    if cfg.game != "connect4" and (args.positions or args.limit is not None):
+    benchmarks = agent.game.benchmarks()
+    if (args.positions or args.limit is not None) and not any(
+        b.takes_positions for b in benchmarks
+    ):
         flag = "--positions" if args.positions else "--limit"
-        raise ConfigError(f"{flag}: benchmark positions are for connect4, not {cfg.game}")
+        raise ConfigError(
+            f"{flag}: benchmark positions are for {', '.join(games_with_positions())}, "
+            f"not {cfg.game}"
+        )
     sims = cfg.eval.sims if args.sims is None else args.sims
-    benchmark = cfg.game in ("tictactoe", "connect4")
-    games = args.games if args.games is not None else (0 if benchmark else cfg.eval.match_games)
+    games = args.games if args.games is not None else (0 if benchmarks else cfg.eval.match_games)
     out: dict[str, Any] = {"checkpoint": str(args.checkpoint), "game": cfg.game, "sims": sims}
     try:
         meta = load_checkpoint(args.checkpoint).meta
@@ -215,36 +180,25 @@ def run_eval(args: argparse.Namespace) -> int:
     except WeightsError:  # plain weights: no step or version
         pass
     t0 = time.monotonic()
-    if cfg.game == "tictactoe":
-        out["tictactoe"] = tictactoe_optimality(agent, sims)
-    elif cfg.game == "connect4":
-        positions = args.positions or cfg.eval.c4_positions
-        limit = cfg.eval.c4_limit if args.limit is None else args.limit
+    positions = args.positions or cfg.eval.c4_positions
+    limit = cfg.eval.c4_limit if args.limit is None else args.limit
+    if any(b.takes_positions for b in benchmarks):
         out["positions_file"] = str(resolve_data_path(positions))
-        out["connect4"] = connect4_mistakes(agent, positions, sims, limit)
+    out.update(benchmark_scores(agent, sims, positions, limit))
     if games:
         out["vs_random"] = match(agent, None, games, sims)
         out["match_games"] = games
     out["eval_s"] = round(time.monotonic() - t0, 3)
     emit(out, args.json)
-    print(summary_line(out), file=sys.stderr)
+    print(summary_line(out, benchmarks), file=sys.stderr)
     return 0
 
 
-def summary_line(result: dict[str, Any]) -> str:
-    """One line for people: the headline figures of an ``azserve eval`` result."""
+def summary_line(result: dict[str, Any], benchmarks: tuple[Benchmark, ...] = ()) -> str:
+    """One line for people: the headline figures of an ``azserve eval`` result, each of
+    ``benchmarks`` (the game's) saying its own."""
     parts = [f"{result['game']}, {result['sims']} sims"]
-    if "tictactoe" in result:
-        t = result["tictactoe"]
-        parts.append(f"optimal moves: raw policy {100 * t['policy_optimal']:.1f}%")
-        if "mcts_optimal" in t:
-            parts.append(f"MCTS {100 * t['mcts_optimal']:.1f}%")
-    if "connect4" in result:
-        c = result["connect4"]
-        parts.append(f"mistakes: raw policy {100 * c['policy']['overall']:.1f}%")
-        if "mcts" in c:
-            parts.append(f"MCTS {100 * c['mcts']['overall']:.1f}%")
-        parts.append(f"on {c['positions']} positions")
+    parts += [b.summary(result[b.name]) for b in benchmarks if b.name in result]
     if "vs_random" in result:
         r = result["vs_random"]
         parts.append(f"vs random {r['win']}-{r['draw']}-{r['loss']} (win-draw-loss)")

@@ -25,6 +25,8 @@ matplotlib.use("Agg")  # files only; no display on these machines
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from actors.games import Benchmark, benchmarks_by_name  # noqa: E402
+from azserve.app.curves import run_game  # noqa: E402
 from learner.runlog import read_metrics  # noqa: E402
 
 GAP_FACTOR = 5.0
@@ -45,7 +47,7 @@ def build_figure(run_dir: Path) -> Figure:
     """The report's figure (``write_report`` saves it)."""
     rows = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
     evals = _read_jsonl(run_dir / "eval.jsonl")
-    series = informative(eval_series(evals))
+    series = informative(eval_series(evals, benchmarks_by_name(run_game(run_dir))))
     lr = [y for y in _series(rows, "lr")[1] if not math.isnan(y)]
     rating = _rating_points(run_dir / "ladder" / "ratings.json")
     panels: list[Any] = [_loss]
@@ -179,8 +181,14 @@ def _loss(ax: Any, rows: list[dict[str, Any]]) -> None:
     ax.set(title="training loss", xlabel="learner step", ylabel="loss (nats / squared error)")
 
 
-def eval_series(evals: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
-    """Evaluation curves: fractions in [0, 1] per learner step."""
+def eval_series(
+    evals: list[dict[str, Any]], benchmarks: dict[str, Benchmark] | None = None
+) -> dict[str, list[tuple[int, float]]]:
+    """Evaluation curves: fractions in [0, 1] per learner step, each benchmark's ``series``
+    (``benchmarks`` by name, the run's game's; every built-in game's when None) and the score
+    against random play."""
+    if benchmarks is None:
+        benchmarks = benchmarks_by_name()
     series: dict[str, list[tuple[int, float]]] = {}
 
     def add(name: str, step: int, value: float) -> None:
@@ -188,14 +196,14 @@ def eval_series(evals: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]
 
     for e in evals:
         step = e["step"]
-        if "tictactoe" in e:
-            add("policy: optimal moves", step, e["tictactoe"]["policy_optimal"])
-            if "mcts_optimal" in e["tictactoe"]:
-                add("MCTS: optimal moves", step, e["tictactoe"]["mcts_optimal"])
-        if "connect4" in e:
-            add("policy: mistakes", step, e["connect4"]["policy"]["overall"])
-            if "mcts" in e["connect4"]:
-                add("MCTS: mistakes", step, e["connect4"]["mcts"]["overall"])
+        for name, bench in benchmarks.items():
+            result = e.get(name)
+            if not isinstance(result, dict):
+                continue
+            for s in bench.series:
+                value = s.headline(result)
+                if value is not None:
+                    add(s.label, step, value)
         # Only against random play: against an earlier checkpoint of the same run the
         # matches of a deterministic game repeat the same few games (a constant line).
         if "vs_random" in e:
