@@ -23,9 +23,13 @@ position out many times, as GnuGo's Monte Carlo status estimate and Leela's owne
    that region touches no clearly alive chain of its side (the opponent encloses it), the
    chain is ``dead`` when the opponent owns the region more often than its side does (the
    region's mean ownership from the chain's side is below 0); when it does touch one, the
-   chain's own points decide the same way. A chain neither alive nor dead is ``seki``: it
-   lives or dies by who moves first (a seki, where filling a shared liberty is self-atari,
-   looks exactly so to random play). Seki chains count as alive in the score.
+   chain's own points decide the same way. The chains not dead are alive; those of them that
+   touch an empty region bordered by both colours (a shared liberty) and no empty region of
+   their colour alone (no eye, no territory), once the dead are off the board, are ``seki``.
+   Random play never fills a shared liberty of a seki (that is self-atari), so seki chains
+   keep their stones in the playouts; they count as alive in the score. (The seki rule goes
+   by shape alone: it finds the classic seki without eyes, not one with an eye each, and it
+   cannot see a shape that one side can still kill by a sacrifice.)
 4. The score (``final_score``): the dead chains are taken off the board, then the board is
    scored by area, komi to white. A region that touched only a dead chain and its killer
    becomes the killer's, as GnuGo's Chinese counting does.
@@ -264,17 +268,60 @@ def chain_statuses(size: int, board: bytes, owned: np.ndarray) -> list[ChainStat
             chain_of[c] = len(chains)
         sign = 1.0 if cells[p] == BLACK else -1.0
         chains.append((cells[p], sorted(chain), float(sign * owned[chain].mean())))
-    out = []
+    dead = []
     for color, chain, own in chains:
         if own >= ALIVE:
-            status = "alive"
-        else:
-            region, enclosed = _region(light, cells, chain_of, chains, chain[0])
-            sign = 1.0 if color == BLACK else -1.0
-            vote = float(sign * owned[region].mean()) if enclosed else own
-            status = "dead" if vote < 0 else "seki"
-        out.append(ChainStatus(color, tuple(chain), own, status))
-    return out
+            dead.append(False)
+            continue
+        region, enclosed = _region(light, cells, chain_of, chains, chain[0])
+        sign = 1.0 if color == BLACK else -1.0
+        vote = float(sign * owned[region].mean()) if enclosed else own
+        dead.append(vote < 0)
+    seki = _seki(light, cells, chain_of, chains, dead)
+    return [
+        ChainStatus(color, tuple(chain), own, "dead" if d else "seki" if k else "alive")
+        for (color, chain, own), d, k in zip(chains, dead, seki)
+    ]
+
+
+def _seki(
+    light: _Playout,
+    cells: list[int],
+    chain_of: list[int],
+    chains: list[tuple[int, list[int], float]],
+    dead: list[bool],
+) -> list[bool]:
+    """Which chains live in seki, on the board with the dead chains taken off: a live chain
+    that touches an empty region bordered by both colours (a shared liberty) and no empty
+    region bordered by its colour alone (an eye, or territory)."""
+    board = list(cells)
+    for (_, chain, _), d in zip(chains, dead):
+        if d:
+            for c in chain:
+                board[c] = EMPTY
+    shared = [False] * len(chains)
+    own = [False] * len(chains)
+    seen = [False] * len(board)
+    for i, v in enumerate(board):
+        if v or seen[i]:
+            continue
+        seen[i] = True
+        stack, borders, touching = [i], 0, set()
+        while stack:
+            q = stack.pop()
+            for r in light.nbrs[q]:
+                if board[r]:
+                    borders |= board[r]
+                    touching.add(chain_of[r])
+                elif not seen[r]:
+                    seen[r] = True
+                    stack.append(r)
+        for k in touching:
+            if borders == BLACK | WHITE:
+                shared[k] = True
+            else:
+                own[k] = True
+    return [not d and sh and not ow for d, sh, ow in zip(dead, shared, own)]
 
 
 def _region(
