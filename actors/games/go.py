@@ -267,7 +267,7 @@ class Go(Game):
         out[1] = (board != 0) & (board != me)
         out[2] = s.color == 0
         out[3] = s.passes > 0
-        return out.reshape(self.obs_shape)
+        return out.reshape(4, self.size, self.size)  # (go_features adds planes behind these)
 
     def symmetries(
         self, obs: np.ndarray, policy: np.ndarray

@@ -126,7 +126,7 @@ class Config:
 
     game: str = "connect4"
     """The game: a built-in name (``tictactoe``, ``connect4``, ``othello``, ``go9``, ``go13``,
-    ``go19``), ``openspiel:NAME``, or ``module:Class`` / ``file.py:Class`` for a game of your
+    ``go19``, ``go9-features``), ``openspiel:NAME``, or ``module:Class`` / ``file.py:Class`` for a game of your
     own (docs/games.md)."""
     net: NetConfig = field(default_factory=NetConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
