@@ -419,3 +419,55 @@ async def test_self_play_sends_true_targets(game_name: str) -> None:
         assert (np.sign(score) == outcome).all()
         np.testing.assert_array_equal(reply[:-1], policy[1:])
         assert not reply[-1].any()
+
+
+async def test_targets_cross_real_sockets_and_bad_ones_are_refused(tmp_path: Path) -> None:
+    """Sender to receiver over ZeroMQ: the learner's callback gets the targets after the
+    three arrays; a trajectory whose ownership is out of range is refused, not resent."""
+    import zmq
+    import zmq.asyncio
+
+    from azserve.protocol import ErrorReply, Trajectory, encode
+    from tests.test_trajectory import OBS, A, receiver, sender, until
+
+    got: list[tuple[Any, tuple[np.ndarray, ...]]] = []
+
+    def learner(msg: Any, *arrays: np.ndarray) -> None:
+        got.append((msg, arrays))
+
+    t = 3
+    msg = Trajectory(actor="a", game_id=0, game="tictactoe", version=0, length=t, result=1.0)
+    msg.targets = ["ownership", "reply"]
+    obs = np.zeros((t, *OBS), np.uint8)
+    policy = np.full((t, A), 1 / A, np.float32)
+    outcome = np.ones(t, np.float32)
+    owner = np.ones((t, 3, 3), np.int8)
+    reply = np.zeros((t, A), np.float32)
+    ctx = zmq.asyncio.Context()
+    try:
+        async with receiver(ctx, f"ipc://{tmp_path}/t.sock", learner) as rx:  # type: ignore[arg-type]
+            assert rx.endpoint is not None
+            async with sender(ctx, rx.endpoint) as tx:
+                await tx.send(msg, obs, policy, outcome, owner, reply)
+                await until(lambda: tx.stats().acked == 1)
+                bad = Trajectory(
+                    actor="a", game_id=1, game="tictactoe", version=0, length=t, result=1.0
+                )
+                bad.targets = ["ownership"]
+                # The sink checks what it is given ...
+                with pytest.raises(ValueError, match="ownership outside"):
+                    await tx.send(bad, obs, policy, outcome, owner * 2)
+            # ... and the receiver what a peer that does not check sends.
+            peer = ctx.socket(zmq.DEALER)
+            peer.connect(rx.endpoint)
+            await peer.send_multipart(encode(bad, [obs, policy, outcome, owner * 2]))
+            reply_msg, _ = decode(await asyncio.wait_for(peer.recv_multipart(), 10))
+            assert isinstance(reply_msg, ErrorReply) and reply_msg.type == "BadRequest"
+            assert "target ownership outside" in reply_msg.message
+            peer.close(linger=0)
+            assert rx.stats().rejected == 1
+    finally:
+        ctx.destroy(linger=0)
+    [(m, arrays)] = got
+    assert m.targets == ["ownership", "reply"] and len(arrays) == 5
+    np.testing.assert_array_equal(arrays[3], owner)
