@@ -18,7 +18,15 @@ from actors.games import Game, make_game
 
 pytestmark = pytest.mark.skipif(core is None, reason="actors._mcts_core was not built")
 
-GAMES = {"tictactoe": 300, "connect4": 300, "othello": 200, "go9": 40, "go13": 8, "go19": 3}
+GAMES = {
+    "tictactoe": 300,
+    "connect4": 300,
+    "othello": 200,
+    "go9": 40,
+    "go9-features": 40,
+    "go13": 8,
+    "go19": 3,
+}
 """Random games per game in tests/test_game_registry.py's lockstep (AZSERVE_RULES_SCALE
 multiplies them for a long run); a game not listed plays ``DEFAULT_GAMES``."""
 
@@ -73,8 +81,10 @@ def test_the_core_refuses_bad_blobs_and_illegal_moves() -> None:
         core.Rules("chess")
     with pytest.raises(ValueError, match="board size must be a whole number in 2..25"):
         core.Rules("go", 26, 7.5)
-    with pytest.raises(TypeError, match="at most 2 parameters"):
-        core.Rules("go", 9, 7.5, 1)
+    with pytest.raises(TypeError, match="at most 3 parameters"):
+        core.Rules("go", 9, 7.5, 1, 0)
+    with pytest.raises(ValueError, match="features must be 0 or 1"):
+        core.Rules("go", 9, 7.5, 2)
     s = go.apply(go.initial_state(), 40)
     with pytest.raises(ValueError, match="go9: action 40 is illegal"):
         rules.play(*go.core_state(s), 40)

@@ -2,7 +2,8 @@
 
 ``make_game(spec)`` takes:
 
-- a built-in name: ``tictactoe``, ``connect4``, ``othello``, ``go9``, ``go13``, ``go19``;
+- a built-in name: ``tictactoe``, ``connect4``, ``othello``, ``go9``, ``go13``, ``go19``,
+  ``go9-features`` (Go 9x9 with the liberty, ko and last-move planes);
 - ``openspiel:NAME[(params)]``: any two-player, perfect-information OpenSpiel game through the
   pure-Python search (``actors.games.openspiel``; needs the ``open_spiel`` package);
 - ``module.path:Class`` or ``path/to/file.py:Class``: a game of your own, one file holding a
@@ -39,6 +40,7 @@ BUILTIN_GAMES: dict[str, str] = {
     "go9": "actors.games.go:Go",
     "go13": "actors.games.go:Go13",
     "go19": "actors.games.go:Go19",
+    "go9-features": "actors.games.go_features:GoFeatures",
 }
 """Built-in game names -> ``module:Class`` (imported when first asked for)."""
 
