@@ -19,7 +19,9 @@ from azserve.app.match import GameResult, play_one, summarize, wilson
 from azserve.app.players import (
     RESIGN,
     GtpPlayer,
+    OpenSpielMctsPlayer,
     Player,
+    RandomPlayer,
     Refused,
     Verdict,
     honest_argv,
@@ -271,3 +273,15 @@ def test_an_opponent_that_agrees_on_the_winner_but_not_the_margin_still_counts()
     assert r.scores == {"referee": "W+7.5", "white": "W+6.5"} and r.margin_differs
     s = summarize([r], "x")
     assert s["margin_differs"] == 1 and s["checked_by_opponent"] == 1 and s["disputed"] == 0
+
+
+def test_openspiel_mcts_takes_the_ladders_63_bit_game_seeds() -> None:
+    pytest.importorskip("pyspiel")
+    from azserve.app.ladder_store import game_seed
+
+    game = make_game("tictactoe")
+    seed = game_seed(0, ("tictactoe@100", "openspiel-mcts:20"), 3)
+    assert seed >= 2**32  # what the bot's 32-bit generator refused
+    first = play_game(game, OpenSpielMctsPlayer(20, seed), RandomPlayer(1))
+    again = play_game(game, OpenSpielMctsPlayer(20, seed), RandomPlayer(1))
+    assert first.moves == again.moves  # the seed still decides the game
