@@ -46,6 +46,10 @@ class ActorsConfig:
     coroutine awaiting each leaf (false). More simulations per actor CPU-second, and on this
     CPU host more positions/s too (docs/benchmarks.md). Searches the pool cannot drive (the
     Python core, PUCT with ``mcts.leaves_in_flight > 1``) await their own leaves."""
+    targets: bool = False
+    """Send the targets the game can give with each game (``azserve.targets``: final
+    ownership and score margin of the games played to their end, the opponent's reply policy).
+    ``azserve train`` turns it on when a ``trainer.*_weight`` of a target is above 0."""
     seed: int = 0
     """Base seed; each process and game coroutine derives its own stream."""
     metrics_port: int = 0

@@ -72,6 +72,8 @@ class FinishedGame:
     resigned: bool
     moves: int
     """Moves played; ``len(outcome)`` of them were recorded."""
+    targets: dict[str, np.ndarray] = field(default_factory=dict)
+    """The game's targets by name (``azserve.targets``), in their order; empty unless asked."""
 
 
 class GameAbandoned(Exception):
@@ -170,11 +172,13 @@ async def play_game(
     version_wait_s: float = 30.0,
     cache: EvalCache | None = None,
     pool: SearchPool | None = None,
+    targets: bool = False,
 ) -> FinishedGame:
     """Play one game against itself on the version pinned at its start, through the
     process's evaluation ``cache`` if any, its compiled searches driven by the process's
     ``pool`` if any (the same results either way). Raises ``GameAbandoned`` when its version
-    cannot be served (see ``search_on_version``).
+    cannot be served (see ``search_on_version``). With ``targets``, the game's targets come
+    with it (``game_targets``).
 
     Playout cap randomization: each move gets the full search (``num_simulations``, recorded)
     with probability ``full_search_fraction``, else a fast one (``fast_simulations``, played
@@ -186,10 +190,12 @@ async def play_game(
         leaves = GameLeaves(game, client, version, stats, cache, pool)
         state = game.initial_state()
         obs, policies, movers = [], [], []
+        replies: list[np.ndarray | None] = []  # the next recorded move's target, per position
         resign_allowed = mcts.sample_resign_allowed()
         would_resign: int | None = None  # mover who would have resigned in a no-resign game
         resigner: int | None = None
         move = 0
+        previous_recorded = False  # whether the last move played was recorded (replies[-1])
         while not game.is_terminal(state):
             full = not capped or rng.random() < mcts_cfg.full_search_fraction
             sims = mcts_cfg.num_simulations if full else mcts_cfg.fast_simulations
@@ -207,10 +213,14 @@ async def play_game(
             if would_resign is None and mcts.should_resign(res.root_value, move, True):
                 would_resign = mover
             target, action = mcts.choose(res, move)
+            if targets and full and previous_recorded:  # the opponent's reply to it
+                replies[-1] = target
             if full:
                 obs.append(mcts.encode_root(state))
                 policies.append(target)
                 movers.append(mover)
+                replies.append(None)
+            previous_recorded = full
             state = game.apply(state, action)
             mcts.advance(action)
             move += 1
@@ -239,7 +249,34 @@ async def play_game(
         result=first_result,
         resigned=resigner is not None,
         moves=move,
+        targets=game_targets(game, state, movers_a, replies, resigner is None) if targets else {},
     )
+
+
+def game_targets(
+    game: Game,
+    final: State,
+    movers: np.ndarray,
+    replies: list[np.ndarray | None],
+    played_out: bool,
+) -> dict[str, np.ndarray]:
+    """The targets of one game's recorded positions (``azserve.targets``), by name in their
+    order: ``ownership`` and ``score`` from the ``final`` state, turned to each position's side
+    to move (``movers`` [T]), where the game gives them and was ``played_out`` (not resigned);
+    ``reply`` from ``replies`` (the next move's search policy, None where there is none)."""
+    out: dict[str, np.ndarray] = {}
+    final_targets = game.final_targets(final) if played_out else None
+    sign = np.where(movers == 0, 1, -1)
+    if final_targets is not None:
+        owner, margin = final_targets
+        out["ownership"] = (owner[None] * sign[:, None, None]).astype(np.int8)
+        out["score"] = (margin * sign).astype(np.float32)
+    reply = np.zeros((len(replies), game.num_actions), np.float32)
+    for i, r in enumerate(replies):
+        if r is not None:
+            reply[i] = r
+    out["reply"] = reply
+    return out
 
 
 def to_message(
@@ -256,7 +293,9 @@ def to_message(
         resigned=g.resigned,
         moves=g.moves,
     )
-    return msg, [g.obs, g.policy, g.outcome]
+    if g.targets:
+        msg.targets = list(g.targets)
+    return msg, [g.obs, g.policy, g.outcome, *g.targets.values()]
 
 
 class SelfPlay:
@@ -333,6 +372,7 @@ class SelfPlay:
                     self.cfg.version_wait_s,
                     self.cache,
                     self.pool,
+                    self.cfg.targets,
                 )
             except GameAbandoned as exc:
                 if not self.client.lifecycle.running:

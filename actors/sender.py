@@ -95,7 +95,12 @@ class TrajectorySender(BaseSink):
         self._task = self.lifecycle.spawn(self._run(), "run")
 
     async def _put(
-        self, traj: Trajectory, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray
+        self,
+        traj: Trajectory,
+        obs: np.ndarray,
+        policy: np.ndarray,
+        outcome: np.ndarray,
+        *targets: np.ndarray,
     ) -> None:
         # Waits while the outbox is full; ``traj.id`` is replaced by the sender's message id.
         if len(self._pending) >= self.cfg.max_outbox:
@@ -103,9 +108,9 @@ class TrajectorySender(BaseSink):
                 await self._space.wait_for(
                     lambda: len(self._pending) < self.cfg.max_outbox or not self.lifecycle.running
                 )
-            self._check_send(traj, obs, policy, outcome)
+            self._check_send(traj, obs, policy, outcome, *targets)
         seq = next(self._ids)
-        frames = encode(msgspec.structs.replace(traj, id=seq), [obs, policy, outcome])
+        frames = encode(msgspec.structs.replace(traj, id=seq), [obs, policy, outcome, *targets])
         self._pending[seq] = _Entry(frames=[bytes(f) for f in frames])
         self._unsent.append(seq)
         self._idle.clear()

@@ -15,6 +15,7 @@ import numpy as np
 from azserve.errors import ProtocolError, ServerClosed
 from azserve.lifecycle import Lifecycle, State
 from azserve.protocol import Trajectory
+from azserve.targets import check_targets
 from azserve.trajfile import open_for_append, read_trajectory_file, write_record
 
 
@@ -46,10 +47,16 @@ class TrajectorySink(Protocol):
     async def start(self) -> None: ...
 
     async def send(
-        self, traj: Trajectory, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray
+        self,
+        traj: Trajectory,
+        obs: np.ndarray,
+        policy: np.ndarray,
+        outcome: np.ndarray,
+        *targets: np.ndarray,
     ) -> None:
         """Hand over one finished game: obs ``[T,C,H,W]`` uint8, policy ``[T,A]`` float32,
-        outcome ``[T]`` float32, with ``traj.length == T``. The arrays may be reused afterwards."""
+        outcome ``[T]`` float32, with ``traj.length == T``, then the arrays of the targets
+        ``traj.targets`` names (``azserve.targets``). The arrays may be reused afterwards."""
         ...
 
     async def aclose(self) -> int:
@@ -74,7 +81,12 @@ class BaseSink:
         """An owner task died (the sender's): nothing to fail here by default."""
 
     def _check_send(
-        self, traj: Trajectory, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray
+        self,
+        traj: Trajectory,
+        obs: np.ndarray,
+        policy: np.ndarray,
+        outcome: np.ndarray,
+        *targets: np.ndarray,
     ) -> None:
         self.lifecycle.check_running(ServerClosed)
         t = traj.length
@@ -89,18 +101,32 @@ class BaseSink:
                 f"trajectory length {t} does not match obs {list(obs.shape)}, "
                 f"policy {list(policy.shape)}, outcome {list(outcome.shape)}"
             )
+        names = traj.targets or []
+        problem = check_targets(names, targets, t, obs.shape[1:], policy.shape[1])
+        if problem is not None:
+            raise ValueError(f"trajectory {traj.game_id}: {problem}")
 
     async def send(
-        self, traj: Trajectory, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray
+        self,
+        traj: Trajectory,
+        obs: np.ndarray,
+        policy: np.ndarray,
+        outcome: np.ndarray,
+        *targets: np.ndarray,
     ) -> None:
         """See ``TrajectorySink.send``. Raises ``ServerClosed`` unless started and not closing."""
-        self._check_send(traj, obs, policy, outcome)
-        await self._put(traj, obs, policy, outcome)
+        self._check_send(traj, obs, policy, outcome, *targets)
+        await self._put(traj, obs, policy, outcome, *targets)
         self._sent += 1
         self._positions += traj.length
 
     async def _put(
-        self, traj: Trajectory, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray
+        self,
+        traj: Trajectory,
+        obs: np.ndarray,
+        policy: np.ndarray,
+        outcome: np.ndarray,
+        *targets: np.ndarray,
     ) -> None:
         self._acked += 1  # a local sink has stored it
 
@@ -142,10 +168,15 @@ class FileSink(BaseSink):
             raise
 
     async def _put(
-        self, traj: Trajectory, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray
+        self,
+        traj: Trajectory,
+        obs: np.ndarray,
+        policy: np.ndarray,
+        outcome: np.ndarray,
+        *targets: np.ndarray,
     ) -> None:
         assert self._file is not None
-        write_record(self._file, traj, obs, policy, outcome)
+        write_record(self._file, traj, obs, policy, outcome, *targets)
         self._acked += 1
 
     async def aclose(self) -> int:

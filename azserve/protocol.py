@@ -113,7 +113,8 @@ class PinUpdate(Message, tag="pin", kw_only=True):
 
 
 class Trajectory(Message, tag="traj", kw_only=True):
-    """A finished game. arrays: ``[obs [T,C,H,W] uint8, policy [T,A] float32, outcome [T] float32]``.
+    """A finished game. arrays: ``[obs [T,C,H,W] uint8, policy [T,A] float32, outcome [T] float32]``
+    followed by one array per name in ``targets`` (``azserve.targets``).
 
     ``outcome[t]`` is the final result from the side to move at position t (+1 win, 0 draw, -1 loss).
     """
@@ -129,6 +130,10 @@ class Trajectory(Message, tag="traj", kw_only=True):
     moves: int = 0
     """Moves played in the game, recorded or not (playout cap randomization records only the
     fully searched ones); 0 (older senders) means ``length``."""
+    targets: list[str] | msgspec.UnsetType = msgspec.UNSET
+    """Names of the target arrays after the first three (``azserve.targets``: ``ownership``,
+    ``score``, ``reply``, in that order). Unset, the key is not sent at all: a trajectory
+    without targets has the bytes it had before they existed."""
 
 
 # --- replies (server -> client) --------------------------------------------------------------

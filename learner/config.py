@@ -9,6 +9,7 @@ from typing import Any, Literal
 from azserve.auth import AuthConfig
 from azserve.errors import ConfigError
 from azserve.model.spec import NetConfig
+from azserve.targets import TARGETS
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,16 @@ class TrainerConfig:
     "loss": an explicit ``weight_decay/2 * ||w||^2`` term, reported in the loss as ``l2``."""
     value_weight: float = 1.0
     """Weight of the value MSE relative to the policy cross-entropy."""
+    ownership_weight: float = 0.0
+    """Weight of the final-ownership loss (the mean over the board's points of a binary
+    cross-entropy, KataGo's); needs ``net.heads`` to have ``ownership`` and a game that gives
+    it (Go, Othello). 0 = off: the loss, the replay and the trajectories are today's."""
+    score_weight: float = 0.0
+    """Weight of the score-margin loss (the squared error of the margin divided by the
+    board's points); needs the ``score`` head. 0 = off."""
+    reply_weight: float = 0.0
+    """Weight of the opponent's-reply policy loss (cross-entropy against the next position's
+    search policy); needs the ``reply`` head. 0 = off."""
     lr_schedule: Literal["constant", "cosine", "step", "run"] = "constant"
     """Shape of the learning rate after warmup. "run": constant at ``lr``, then a cosine down
     to ``lr * lr_final_ratio`` over the last ``lr_anneal_fraction`` of the time budget of
@@ -130,6 +141,13 @@ class TrainerConfig:
             raise ConfigError(
                 f"trainer.lr_milestones: must be increasing, got {self.lr_milestones}"
             )
+        for name in TARGETS:
+            if getattr(self, f"{name}_weight") < 0:
+                raise ConfigError(f"trainer.{name}_weight: must be >= 0")
+
+    def targets(self) -> tuple[str, ...]:
+        """The targets trained on (weight above 0), in ``azserve.targets`` order."""
+        return tuple(n for n in TARGETS if getattr(self, f"{n}_weight") > 0)
 
 
 @dataclass(frozen=True)

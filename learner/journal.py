@@ -33,14 +33,11 @@ import numpy as np
 
 from azserve.errors import ProtocolError
 from azserve.protocol import Trajectory
-from azserve.trajfile import open_for_append, read_trajectory_file, write_record
+from azserve.trajfile import Record, open_for_append, read_trajectory_file, write_record
 
 log = logging.getLogger("learner.journal")
 
 _NAME = re.compile(r"^seg-(\d+)\.azt$")
-
-Record = tuple[Trajectory, np.ndarray, np.ndarray, np.ndarray]
-"""(msg, obs ``[T,C,H,W]`` uint8, policy ``[T,A]`` float32, outcome ``[T]`` float32)."""
 
 
 class Journal:
@@ -98,7 +95,12 @@ class Journal:
         return number
 
     def append(
-        self, traj: Trajectory, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray
+        self,
+        traj: Trajectory,
+        obs: np.ndarray,
+        policy: np.ndarray,
+        outcome: np.ndarray,
+        *targets: np.ndarray,
     ) -> None:
         """Write one trajectory and flush it to the kernel (before the learner acks it).
         Raises ``OSError`` when the disk is full: the trajectory is then not acked."""
@@ -106,7 +108,7 @@ class Journal:
             self._open_next()
         assert self._file is not None
         try:
-            write_record(self._file, traj, obs, policy, outcome)
+            write_record(self._file, traj, obs, policy, outcome, *targets)
             self._file.flush()
             self.unsynced += 1
             if self.sync_s == 0:

@@ -91,7 +91,9 @@ class Learner:
             shard = cfg.trainer.batch_size // group.world
             self._shard_shapes = shard_shapes(cfg, shard)
             self._controlled = time.monotonic()
-        self.replay = Replay(cfg.replay, cfg.net.obs_shape, cfg.net.num_actions)
+        self.replay = Replay(
+            cfg.replay, cfg.net.obs_shape, cfg.net.num_actions, targets=cfg.trainer.targets()
+        )
         self.replay.set_current_version(self.versions.current)
         # Every accepted game is journaled before it is acked (learner/journal.py).
         self.journal = Journal(self.run_dir / "journal", self.cfg.learner.journal_sync_ms)
@@ -175,9 +177,10 @@ class Learner:
         added = 0
         # Older segments (kept only with learner.journal_keep_all) hold nothing a resend or
         # the replay could still want.
-        for segment, (msg, obs, policy, outcome) in self.journal.read(self._journal_needed_from()):
+        journaled = self.journal.read(self._journal_needed_from())
+        for segment, (msg, obs, policy, outcome, targets) in journaled:
             dedup.add((msg.actor, msg.game_id))
-            self.replay.insert(obs, policy, outcome, msg.version)
+            self.replay.insert(obs, policy, outcome, msg.version, targets)
             if segment >= since:
                 added += 1
                 self.games += 1
@@ -202,11 +205,17 @@ class Learner:
         return journal_from(recent[0][1]) if recent else 0
 
     def _on_trajectory(
-        self, msg: Any, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray
+        self,
+        msg: Any,
+        obs: np.ndarray,
+        policy: np.ndarray,
+        outcome: np.ndarray,
+        *targets: np.ndarray,
     ) -> None:
-        self.journal.append(msg, obs, policy, outcome)  # OSError: not stored, not acked
+        self.journal.append(msg, obs, policy, outcome, *targets)  # OSError: not acked
         self._sync_journal()
-        self.replay.insert(obs, policy, outcome, msg.version)
+        named = dict(zip(msg.targets or [], targets))
+        self.replay.insert(obs, policy, outcome, msg.version, named)
         self.games += 1
         self.positions += len(outcome)
         self.moves += max(msg.moves, len(outcome))

@@ -3,11 +3,13 @@
 ``l = -pi . log p + value_weight * (z - v)^2 + l2``. Weight decay is applied by the optimizer by
 default (``TrainerConfig.weight_decay_mode = "optimizer"``); with ``"loss"`` the trainer passes
 ``l2_penalty(...)`` in here instead, so that the reported total is the paper's objective.
+``target_losses`` gives the terms of the game's targets (``azserve.targets``) that the trainer
+adds, each times its ``trainer.*_weight``, when they are trained.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -59,6 +61,43 @@ def alphazero_loss(
     return LossParts(total=total, policy=policy_loss, value=value_loss, l2=l2_term)
 
 
+def target_losses(
+    outputs: Mapping[str, torch.Tensor | None],
+    targets: Mapping[str, torch.Tensor],
+    masks: Mapping[str, torch.Tensor],
+    cells: int,
+) -> dict[str, torch.Tensor]:
+    """The loss of each target in ``targets`` (float32 scalars), each the mean over the
+    positions its bool ``[B]`` mask keeps (0 when it keeps none):
+
+    - ``ownership``: outputs ``[B,H,W]`` logits ``o`` (``tanh(o)`` the expected owner), targets
+      ``[B,H,W]`` in {-1, 0, 1}; the binary cross-entropy of ``sigmoid(2 o)`` against
+      ``(1 + t) / 2``, averaged over the points (KataGo's ownership loss);
+    - ``score``: outputs ``[B]`` the margin divided by the board's ``cells``, targets ``[B]``
+      the margin in points; the squared error of the scaled margin;
+    - ``reply``: outputs ``[B,A]`` logits, targets ``[B,A]`` a policy; the cross-entropy.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for name, target in targets.items():
+        pred = outputs[name]
+        if pred is None:
+            raise ValueError(f"target {name!r} is trained but the net has no {name} head")
+        pred, target = pred.float(), target.float()
+        if name == "ownership":
+            per = F.binary_cross_entropy_with_logits(
+                2 * pred, (1 + target) / 2, reduction="none"
+            ).mean(dim=(1, 2))
+        elif name == "score":
+            per = (pred - target / cells).pow(2)
+        elif name == "reply":
+            per = -(target * F.log_softmax(pred, dim=-1)).sum(dim=-1)
+        else:
+            raise ValueError(f"unknown target {name!r}")
+        keep = masks[name].float()
+        out[name] = (per * keep).sum() / keep.sum().clamp(min=1.0)
+    return out
+
+
 def l2_penalty(params: Iterable[torch.Tensor], weight_decay: float) -> torch.Tensor:
     """``weight_decay / 2 * sum ||w||^2``: the same gradient as SGD's coupled ``weight_decay``."""
     params = list(params)
@@ -70,17 +109,30 @@ def augment(batch: Batch, symmetries: Symmetries, rng: np.random.Generator) -> B
 
     Outcome and version are unchanged (a symmetry does not change who wins).
     """
-    variants = symmetries(batch.obs, batch.policy)
+    own = batch.targets.get("ownership")
+    planes = batch.obs
+    if own is not None:  # the owner of each point moves with the planes: one more plane
+        planes = np.concatenate([planes, own.view(np.uint8)[:, None]], axis=1)
+    variants = symmetries(planes, batch.policy)
     if len(variants) == 1:
         return batch
-    obs = np.stack([o for o, _ in variants])  # [K, N, C, H, W]
+    obs = np.stack([o for o, _ in variants])  # [K, N, C (+1), H, W]
     policy = np.stack([p for _, p in variants])  # [K, N, A]
     n = len(batch)
     choice = rng.integers(0, len(variants), size=n)
     rows = np.arange(n)
+    targets = dict(batch.targets)
+    if own is not None:
+        targets["ownership"] = np.ascontiguousarray(obs[choice, rows, -1]).view(np.int8)
+        obs = obs[:, :, :-1]
+    if "reply" in targets:  # the reply's moves are on the same board
+        replies = symmetries(batch.obs[:, :1], targets["reply"])
+        targets["reply"] = np.stack([p for _, p in replies])[choice, rows].astype(np.float32)
     return Batch(
         obs=obs[choice, rows],
         policy=policy[choice, rows].astype(np.float32, copy=False),
         outcome=batch.outcome,
         version=batch.version,
+        targets=targets,
+        target_mask=batch.target_mask,
     )

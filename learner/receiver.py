@@ -33,10 +33,12 @@ from azserve.protocol import (
     encode,
     request_id_of,
 )
+from azserve.targets import check_targets
 from learner.config import LearnerConfig
 
-OnTrajectory = Callable[[Trajectory, np.ndarray, np.ndarray, np.ndarray], None]
-"""``on_trajectory(msg, obs [T,C,H,W] uint8, policy [T,A] float32, outcome [T] float32)``.
+OnTrajectory = Callable[..., None]
+"""``on_trajectory(msg, obs [T,C,H,W] uint8, policy [T,A] float32, outcome [T] float32,
+*targets)`` (the arrays of the targets ``msg.targets`` names, ``azserve.targets``).
 Called once per accepted trajectory, before the ack; the arrays are read-only and stay valid.
 ``OSError`` means "cannot store it now" (a full disk): the sender gets ``StorageUnavailable``
 instead of an ack and sends it again later. Any other exception is a learner bug, not bad
@@ -243,9 +245,8 @@ class TrajectoryReceiver:
         if key in self.dedup:
             self._duplicates += 1
             return TrajectoryAck(id=msg.id, game_id=msg.game_id, duplicate=True)
-        obs, policy, outcome = arrays
         try:
-            self._on_trajectory(msg, obs, policy, outcome)
+            self._on_trajectory(msg, *arrays)
         except OSError as exc:  # the learner cannot store it now (disk full): no ack
             self._unstored += 1
             return ErrorReply(id=msg.id, type="StorageUnavailable", message=str(exc))
@@ -267,9 +268,13 @@ class TrajectoryReceiver:
             return f"game {msg.game!r} is not this learner's {self.game!r}"
         if msg.version < 0:
             return f"negative version {msg.version}"
-        if len(arrays) != 3:
-            return f"expected 3 arrays (obs, policy, outcome), got {len(arrays)}"
-        obs, policy, outcome = arrays
+        names = msg.targets or []
+        if len(arrays) != 3 + len(names):
+            return (
+                f"expected {3 + len(names)} arrays (obs, policy, outcome, then the targets "
+                f"{list(names)}), got {len(arrays)}"
+            )
+        obs, policy, outcome = arrays[:3]
         t = msg.length
         if t < 1:
             return f"length {t} < 1"
@@ -288,4 +293,4 @@ class TrajectoryReceiver:
             return "policy has negative or non-finite entries"
         if not (np.isfinite(outcome).all() and (np.abs(outcome) <= 1).all()):
             return "outcome outside [-1, 1]"
-        return None
+        return check_targets(names, arrays[3:], t, self.obs_shape, self.num_actions)

@@ -9,12 +9,13 @@ training wait for fresh data; inserting never blocks.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from azserve.metrics import WindowRate
+from azserve.targets import target_spec
 from learner.config import ReplayConfig
 
 
@@ -22,12 +23,16 @@ from learner.config import ReplayConfig
 class Batch:
     """Training positions. obs ``[B,C,H,W]`` uint8, policy ``[B,A]`` float32 (MCTS visit
     distribution), outcome ``[B]`` float32 (final result for the side to move), version ``[B]``
-    int64 (weights version that played the position)."""
+    int64 (weights version that played the position); the targets the replay keeps
+    (``azserve.targets``, ``[B, ...]`` each) and, per target, a bool ``[B]`` mask of the
+    positions that have it (a resigned game has no final ownership; the last move no reply)."""
 
     obs: np.ndarray
     policy: np.ndarray
     outcome: np.ndarray
     version: np.ndarray
+    targets: Mapping[str, np.ndarray] = field(default_factory=dict)
+    target_mask: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.outcome)
@@ -85,7 +90,10 @@ class Replay:
         num_actions: int,
         clock: Callable[[], float] = time.monotonic,
         rate_window_s: float = 10.0,
+        targets: Sequence[str] = (),
     ) -> None:
+        """``targets``: the names of the targets to keep (``azserve.targets``); others that
+        trajectories carry are not stored. None kept: the replay is what it was without them."""
         n = cfg.capacity
         self.cfg = cfg
         self.obs_shape = tuple(obs_shape)
@@ -98,6 +106,12 @@ class Replay:
         self._version = np.zeros(n, np.int64)
         self._time = np.zeros(n, np.float64)
         self._fresh = np.zeros(n, bool)
+        self._targets: dict[str, np.ndarray] = {}
+        self._has: dict[str, np.ndarray] = {}
+        for name in targets:
+            dtype, shape = target_spec(name, n, self.obs_shape, num_actions)
+            self._targets[name] = np.zeros(shape, dtype)
+            self._has[name] = np.zeros(n, bool)
         self._head = 0  # next slot to write
         self._written = 0  # slots [0, written) have been written at least once
         self._size = 0  # fresh slots
@@ -118,10 +132,19 @@ class Replay:
     def current_version(self) -> int:
         return self._current_version
 
-    def insert(self, obs: np.ndarray, policy: np.ndarray, outcome: np.ndarray, version: int) -> int:
+    def insert(
+        self,
+        obs: np.ndarray,
+        policy: np.ndarray,
+        outcome: np.ndarray,
+        version: int,
+        targets: Mapping[str, np.ndarray] | None = None,
+    ) -> int:
         """Insert one trajectory: obs ``[T,C,H,W]`` uint8, policy ``[T,A]``, outcome ``[T]``,
-        all played by weights ``version``. Returns the positions stored (0 when the trajectory is
-        already too stale; only the last ``capacity`` positions when it is longer than the ring).
+        all played by weights ``version``, and its ``targets`` by name (checked by the
+        receiver; a kept target it lacks is masked off for these positions). Returns the
+        positions stored (0 when the trajectory is already too stale; only the last
+        ``capacity`` positions when it is longer than the ring).
         """
         t = len(outcome)
         if obs.shape != (t, *self.obs_shape) or obs.dtype != np.uint8:
@@ -135,12 +158,14 @@ class Replay:
         if self._current_version - version > self.cfg.max_policy_lag:
             self._dropped_on_insert += t
             return 0
+        targets = targets or {}
         if t > self.cfg.capacity:
             obs, policy, outcome = (
                 obs[-self.cfg.capacity :],
                 policy[-self.cfg.capacity :],
                 outcome[-self.cfg.capacity :],
             )
+            targets = {k: v[-self.cfg.capacity :] for k, v in targets.items()}
             t = self.cfg.capacity
         idx = (self._head + np.arange(t)) % self.cfg.capacity
         replaced = int(np.count_nonzero(self._fresh[idx]))
@@ -149,6 +174,14 @@ class Replay:
         self._policy[idx] = policy
         self._outcome[idx] = outcome
         self._version[idx] = version
+        for name, store in self._targets.items():
+            got = targets.get(name)
+            if got is None:
+                self._has[name][idx] = False
+                continue
+            store[idx] = got
+            # A reply row of zeros is "no reply" (the last move, or one not recorded).
+            self._has[name][idx] = got.reshape(t, -1).any(axis=1) if name == "reply" else True
         now = self._clock()
         self._time[idx] = now
         self._fresh[idx] = True
@@ -205,6 +238,8 @@ class Replay:
             policy=self._policy[idx],
             outcome=self._outcome[idx],
             version=self._version[idx],
+            targets={k: v[idx] for k, v in self._targets.items()},
+            target_mask={k: v[idx] for k, v in self._has.items()},
         )
 
     def _draw(self, k: int, rng: np.random.Generator) -> np.ndarray:

@@ -17,11 +17,11 @@ import torch
 
 from azserve.errors import ConfigError
 from azserve.model.device import native_bf16, resolve_device
-from azserve.model.network import build_net
+from azserve.model.network import NetOutputs, build_net
 from azserve.model.spec import NetConfig
 from learner.config import TrainerConfig
 from learner.distributed import RankGroup, globalize_batchnorm
-from learner.loss import Symmetries, alphazero_loss, augment, l2_penalty
+from learner.loss import Symmetries, alphazero_loss, augment, l2_penalty, target_losses
 from learner.replay import Batch
 
 log = logging.getLogger("learner.trainer")
@@ -79,6 +79,19 @@ class Trainer:
         group: RankGroup | None = None,
     ) -> None:
         check_run_clock(cfg)
+        self.targets = cfg.targets()
+        """The game's targets trained on (``trainer.*_weight`` above 0)."""
+        missing = [t for t in self.targets if t not in net_cfg.heads]
+        if missing:
+            raise ConfigError(
+                f"trainer.{missing[0]}_weight > 0 needs the {missing[0]} head: add "
+                f"{missing[0]!r} to net.heads"
+            )
+        if self.targets and group is not None:
+            raise ConfigError(
+                "trainer.*_weight of a target > 0 with learner.processes > 1: the ranks' "
+                "shards do not carry targets yet; use one learner process"
+            )
         self.group = group
         """The data-parallel group this trainer is one rank of (None: alone)."""
         self.net_cfg = net_cfg
@@ -93,6 +106,9 @@ class Trainer:
             globalize_batchnorm(self.model)  # batch statistics of the global batch
         # The module that runs the step; ``self.model`` keeps the parameters and the state.
         self._forward: Any = torch.compile(self.model) if cfg.compile else self.model
+        self._forward_all: Any = self.model.forward_all  # with the heads: targets trained
+        if cfg.compile and self.targets:
+            self._forward_all = torch.compile(self.model.forward_all)
         self._symmetries = symmetries if cfg.augment else None
         self.rng = np.random.default_rng(cfg.seed)
         self.step_count = 0
@@ -159,7 +175,8 @@ class Trainer:
         shard of a global batch that rank 0 augmented); ``lr``: the learning rate rank 0 sent
         (default: this trainer's schedule). Returns ``loss``, ``policy_loss``,
         ``value_loss``, ``l2``, ``grad_norm`` (before clipping), ``lr``, ``step`` (after the
-        update), ``step_ms``; with a group, the losses are means over the ranks.
+        update), ``step_ms``, and ``<target>_loss`` of each target trained (``loss`` includes
+        them, weighted); with a group, the losses are means over the ranks.
         """
         t0 = time.perf_counter()
         if not prepared:
@@ -181,7 +198,11 @@ class Trainer:
             else nullcontext()
         )
         with autocast:
-            logits, value = self._forward(obs)
+            if self.targets:
+                outputs = self._forward_all(obs)
+                logits, value = outputs.logits, outputs.value
+            else:
+                logits, value = self._forward(obs)
         l2 = (
             l2_penalty(self._decayed, self.cfg.weight_decay)
             if self.cfg.weight_decay_mode == "loss"
@@ -190,6 +211,13 @@ class Trainer:
         parts = alphazero_loss(
             logits, value, target_pi, target_z, value_weight=self.cfg.value_weight, l2=l2
         )
+        extra: dict[str, torch.Tensor] = {}
+        if self.targets:
+            extra = self._target_losses(outputs, batch)
+            total = parts.total + sum(
+                getattr(self.cfg, f"{n}_weight") * loss for n, loss in extra.items()
+            )
+            parts = parts._replace(total=total)
 
         self.optimizer.zero_grad(set_to_none=True)
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip is not None else math.inf
@@ -222,8 +250,23 @@ class Trainer:
             "grad_norm": out[4],
             "lr": lr,
             "step": float(self.step_count),
+            **{f"{n}_loss": float(loss.detach()) for n, loss in extra.items()},
             "step_ms": (time.perf_counter() - t0) * 1e3,
         }
+
+    def _target_losses(self, outputs: NetOutputs, batch: Batch) -> dict[str, torch.Tensor]:
+        """The unweighted loss of each target trained; a batch without one is a bug (the
+        replay keeps every target the trainer asks for)."""
+        dev = self.device
+        targets, masks = {}, {}
+        for name in self.targets:
+            if name not in batch.targets:
+                raise ValueError(f"batch has no {name!r} target (the replay does not keep it)")
+            targets[name] = torch.from_numpy(np.ascontiguousarray(batch.targets[name])).to(dev)
+            masks[name] = torch.from_numpy(np.ascontiguousarray(batch.target_mask[name])).to(dev)
+        return target_losses(
+            outputs._asdict(), targets, masks, self.net_cfg.height * self.net_cfg.width
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly: ``model``, ``optim``, ``step``,

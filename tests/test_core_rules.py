@@ -23,6 +23,7 @@ GAMES = {
     "connect4": 300,
     "othello": 200,
     "go9": 40,
+    "go9-features": 40,
     "go13": 8,
     "go19": 3,
     "chess": 10,  # its reference is the compiled rules (tests/test_chess_rules.py: oracles)
@@ -81,8 +82,10 @@ def test_the_core_refuses_bad_blobs_and_illegal_moves() -> None:
         core.Rules("shogi")
     with pytest.raises(ValueError, match="board size must be a whole number in 2..25"):
         core.Rules("go", 26, 7.5)
-    with pytest.raises(TypeError, match="at most 2 parameters"):
-        core.Rules("go", 9, 7.5, 1)
+    with pytest.raises(TypeError, match="at most 3 parameters"):
+        core.Rules("go", 9, 7.5, 1, 0)
+    with pytest.raises(ValueError, match="features must be 0 or 1"):
+        core.Rules("go", 9, 7.5, 2)
     s = go.apply(go.initial_state(), 40)
     with pytest.raises(ValueError, match="go9: action 40 is illegal"):
         rules.play(*go.core_state(s), 40)

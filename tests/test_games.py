@@ -202,7 +202,8 @@ def test_render_and_registry() -> None:
     assert isinstance(make_game("connect4"), ConnectFour)
     assert isinstance(make_game("tictactoe"), TicTacToe)
     with pytest.raises(
-        ValueError, match="known games: chess, connect4, go13, go19, go9, othello, tictactoe"
+        ValueError,
+        match="known games: chess, connect4, go13, go19, go9, go9-features, othello, tictactoe",
     ):
         make_game("shogi")
     with pytest.raises(ValueError, match="cannot import no_such_module"):

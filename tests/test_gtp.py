@@ -4,6 +4,8 @@ in-process."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -11,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from actors.games import make_game
-from azserve.app.gtp import Board, Engine, GtpError, MoveSource
+from azserve.app.gtp import Engine, MoveSource
+from azserve.app.gtp_board import Board, GtpError
+from azserve.app.gtp_search import MoveInfo, Report
 from azserve.app.schema import load_config, to_dict
 from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer
@@ -51,20 +55,19 @@ def test_a_gtp_session_with_the_real_command(tmp_path: Path) -> None:
         "clear_board",
         "komi 7.5",
         "play b D4",
-        "play b E5",  # out of turn
+        "play b E5",  # out of turn: GTP 2 allows it, white moves next
         "play w D4",  # occupied
         "play w Z1",  # off the board
         "genmove w",
         "undo",
         "final_score",
-        "play w E5",
-        "final_score",
+        "play w E6",
         "showboard",
         "# a comment line, ignored",
         "gogui-analyze_commands",
         "play black pass",
         "play white pass",
-        "genmove b",  # the game is over
+        "genmove b",  # the game is over: pass again
         "quit",
         "name",  # after quit: never read
     ]
@@ -76,29 +79,30 @@ def test_a_gtp_session_with_the_real_command(tmp_path: Path) -> None:
     r = replies(p.stdout)
     assert r[0] == "= 2"
     assert r[1] == "=7 azserve"
-    assert r[2].startswith("= ") and r[2][2].isdigit()  # the package version
+    # The version names the checkpoint: package, game, step 40, a hash of the weights.
+    assert re.fullmatch(r"= \d+\.\d+\.\d+\S*-go9-step40-w[0-9a-f]{8}", r[2]), r[2]
     assert r[3] == "= true" and r[4] == "= false"
     listed = r[5].removeprefix("= ").split("\n")
-    assert {"genmove", "play", "undo", "final_score", "showboard", "quit"} <= set(listed)
+    assert {"genmove", "play", "undo", "final_score", "final_status_list", "lz-analyze",
+            "kata-analyze", "genmove_analyze", "fixed_handicap", "loadsgf", "time_left",
+            "showboard", "quit"} <= set(listed)  # fmt: skip
     assert r[6].startswith("? unacceptable size")
-    assert r[7] == r[8] == r[9] == r[10] == "="
-    assert r[11] == "? illegal move: white is to move"
+    assert r[7] == r[8] == r[9] == r[10] == r[11] == "="
     assert r[12] == "? illegal move: D4 is occupied"
     assert r[13].startswith("? invalid vertex 'Z1'")
     move = r[14].removeprefix("= ")
     game = make_game("go9")
-    assert game.parse_move(move) in game.legal_actions(game.from_moves([30]))
+    assert game.parse_move(move) in game.legal_actions(game.from_moves([30, 40]))
     assert r[15] == "="  # undo: white's move taken back
-    # One black stone on an empty board: all 81 points black's, minus komi.
+    # Two black stones on an empty board: all 81 points black's, minus komi.
     assert r[16] == "= B+73.5"
     assert r[17] == "="
-    assert r[18] == "= W+7.5"  # a stone each, the rest neutral: 1 - 1 - 7.5
-    assert "X" in r[19] and "O" in r[19] and "A B C D E F G H J" in r[19]
-    assert r[20] == "? unknown command 'gogui-analyze_commands'"
-    assert r[21] == r[22] == "="
-    assert r[23].startswith("? the game is over")
-    assert r[24] == "="
-    assert len(r) == 25  # nothing after quit
+    assert "X" in r[18] and "O" in r[18] and "A B C D E F G H J" in r[18]
+    assert r[19] == "? unknown command 'gogui-analyze_commands'"
+    assert r[20] == r[21] == "="
+    assert r[22] == "= pass"
+    assert r[23] == "="
+    assert len(r) == 24  # nothing after quit
 
 
 @pytest.mark.parametrize("size", [13, 19])
@@ -130,11 +134,20 @@ def test_the_engine_takes_only_its_own_size() -> None:
 
 
 class Scripted(MoveSource):
-    def __init__(self, moves: list[int]) -> None:
-        self.moves = moves
+    """Plays a fixed list of moves (a fake: the tests are about the engine's protocol)."""
 
-    def choose(self, game, state):  # type: ignore[no-untyped-def]
-        return self.moves.pop(0)
+    def __init__(self, moves: list[int], winrate: float = 0.5) -> None:
+        self.moves = moves
+        self.winrate = winrate
+        self.asked: list[tuple[int, int | None, float | None]] = []
+
+    async def search(self, game, state, visits, deadline=None, on_slice=None):  # type: ignore[no-untyped-def]
+        self.asked.append((state.color, visits, deadline))
+        move = self.moves.pop(0)
+        r = Report((MoveInfo(move, 10, self.winrate, 0.5, (move,)),), self.winrate, 11)
+        if on_slice is not None:
+            on_slice(r)
+        return r
 
 
 def test_the_engine_refuses_superko_and_suicide_and_keeps_serving() -> None:
@@ -145,7 +158,7 @@ def test_the_engine_refuses_superko_and_suicide_and_keeps_serving() -> None:
         assert e.reply(line) == "=\n\n", line
     assert e.board.state.board[e.board.game.parse_move("D4")] == 0  # taken
     assert e.reply("play w D4") == "? illegal move: D4 repeats an earlier board (superko)\n\n"
-    assert e.reply("play w A8") == "=\n\n"  # still serving, white still to play
+    assert e.reply("play w A8") == "=\n\n"  # still serving
     # Suicide: black into a corner white surrounds.
     for line in ["play b E9", "play w A2", "play b E8", "play w B1"]:
         assert e.reply(line) == "=\n\n", line
@@ -156,7 +169,7 @@ def test_the_engine_refuses_superko_and_suicide_and_keeps_serving() -> None:
     moves = list(e.board.moves)
     assert e.reply("komi 6.5") == "=\n\n" and e.board.game.komi == 6.5
     assert e.board.moves == moves  # the moves stand through a komi change
-    assert e.reply("3 genmove w") == "?3 black is to move\n\n"  # the suicide was not played
+    assert e.board.state.color == 0  # the suicide was not played: black still to move
 
 
 def test_board_undo_and_errors() -> None:
@@ -168,3 +181,21 @@ def test_board_undo_and_errors() -> None:
         b.play(1, 40)
     b.undo()
     assert b.state == b.game.initial_state()
+
+
+def test_a_failed_analysis_stream_ends_and_the_session_goes_on() -> None:
+    class Broken(MoveSource):
+        async def search(self, game, state, visits, deadline=None, on_slice=None):  # type: ignore[no-untyped-def]
+            raise RuntimeError("the net went away")
+
+    out: list[str] = []
+    e = Engine(Broken(), out=out.append)
+
+    async def session() -> str | None:
+        assert await e.areply("7 lz-analyze 10") is None
+        await asyncio.sleep(0.05)
+        await e.stop()  # the stream's blank line, though its search failed
+        return await e.areply("name")
+
+    assert asyncio.run(session()) == "= azserve\n\n"
+    assert out == ["=7\n", "\n"]

@@ -19,7 +19,9 @@ from azserve.app.match import GameResult, play_one, summarize, wilson
 from azserve.app.players import (
     RESIGN,
     GtpPlayer,
+    OpenSpielMctsPlayer,
     Player,
+    RandomPlayer,
     Refused,
     Verdict,
     honest_argv,
@@ -98,12 +100,18 @@ def test_a_match_against_real_gnugo(tmp_path: Path) -> None:
 
 def test_a_match_against_our_own_gtp_engine(tmp_path: Path) -> None:
     """The GTP client against ``azserve gtp`` (no GnuGo needed): both sides' moves pass both
-    sides' rules to the end."""
+    sides' rules to the end. Random nets pass with dead stones on the board: the engine's
+    final_score takes them off (as GnuGo's does), the referee counts the stones as they
+    stand, so a game may end disputed, never forfeited."""
     go_checkpoint(tmp_path / "engine")
     cmd = " ".join([*map(str, azserve_cmd("gtp")), "--checkpoint", str(tmp_path / "engine"),
                     "--sims", "0"])  # fmt: skip
     summary, _ = run_match(tmp_path, cmd, 2)
-    check_complete(summary, tmp_path / "out", 2)
+    assert summary["games"] == 2 and summary["forfeits"] == {"ours": 0, "theirs": 0}
+    for d in summary["disputes"]:
+        assert "the referee (Tromp-Taylor as the stones stand)" in d["why"], d
+    for i, result in enumerate(summary["results"]):
+        assert replay_sgf((tmp_path / "out" / f"game-{i:04d}.sgf").read_text()), result
 
 
 def test_a_missing_opponent_is_one_line(tmp_path: Path) -> None:
@@ -265,3 +273,15 @@ def test_an_opponent_that_agrees_on_the_winner_but_not_the_margin_still_counts()
     assert r.scores == {"referee": "W+7.5", "white": "W+6.5"} and r.margin_differs
     s = summarize([r], "x")
     assert s["margin_differs"] == 1 and s["checked_by_opponent"] == 1 and s["disputed"] == 0
+
+
+def test_openspiel_mcts_takes_the_ladders_63_bit_game_seeds() -> None:
+    pytest.importorskip("pyspiel")
+    from azserve.app.ladder_store import game_seed
+
+    game = make_game("tictactoe")
+    seed = game_seed(0, ("tictactoe@100", "openspiel-mcts:20"), 3)
+    assert seed >= 2**32  # what the bot's 32-bit generator refused
+    first = play_game(game, OpenSpielMctsPlayer(20, seed), RandomPlayer(1))
+    again = play_game(game, OpenSpielMctsPlayer(20, seed), RandomPlayer(1))
+    assert first.moves == again.moves  # the seed still decides the game

@@ -371,7 +371,8 @@ async def test_file_sink_round_trip(tmp_path: Path) -> None:
         assert sink.stats().sent == 1
     got = list(read_trajectory_file(path))
     assert [m.game_id for m, *_ in got] == [0, 1, 2, 3]
-    msg, obs, policy, outcome = got[2]
+    msg, obs, policy, outcome, targets = got[2]
+    assert targets == {}
     assert msg.length == 3 and obs.shape == (3, *OBS) and (obs == 2).all()
     assert policy.dtype == np.float32 and outcome.tolist() == [1.0, 1.0, 1.0]
     # A writer that died mid-record leaves a truncated tail: the complete records still read.

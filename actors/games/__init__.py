@@ -3,7 +3,7 @@
 ``make_game(spec)`` takes:
 
 - a built-in name: ``tictactoe``, ``connect4``, ``othello``, ``go9``, ``go13``, ``go19``,
-  ``chess``;
+  ``go9-features`` (Go 9x9 with the liberty, ko and last-move planes), ``chess``;
 - a built-in name with its class's parameters, ``NAME(key=value,...)``: numbers only, e.g.
   ``chess(max_plies=256,history=1)``;
 - ``openspiel:NAME[(params)]``: any two-player, perfect-information OpenSpiel game through the
@@ -42,6 +42,7 @@ BUILTIN_GAMES: dict[str, str] = {
     "go9": "actors.games.go:Go",
     "go13": "actors.games.go:Go13",
     "go19": "actors.games.go:Go19",
+    "go9-features": "actors.games.go_features:GoFeatures",
     "chess": "actors.games.chess:Chess",
 }
 """Built-in game names -> ``module:Class`` (imported when first asked for)."""

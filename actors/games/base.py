@@ -128,6 +128,13 @@ class Game(abc.ABC):
             One (obs uint8 [N, C, H, W], policy float32 [N, A]) pair per symmetry.
         """
 
+    def final_targets(self, s: State) -> tuple[np.ndarray, float] | None:
+        """What the end of a game says of each point and of the margin, from the first
+        player's view: (ownership int8 [H, W] in the planes' layout, +1 the first player's,
+        -1 the second's, 0 neither; the final score margin), or None where the game gives no
+        such targets (the default). ``s`` is a terminal state (``azserve.targets``)."""
+        return None
+
     @abc.abstractmethod
     def render(self, s: State) -> str:
         """ASCII board (first player X, second player O), top row first."""

@@ -212,6 +212,37 @@ class Go(Game):
         black, white = self.areas(s.board)
         return black - white - self.komi
 
+    def ownership(self, board: bytes) -> np.ndarray:
+        """Tromp-Taylor owner of each point, int8 [N, N] in the planes' layout (top row first):
+        +1 black (a stone, or an empty region touching only black), -1 white, 0 neither."""
+        owner = np.zeros(self.cells, dtype=np.int8)
+        seen = bytearray(self.cells)
+        sign = (0, 1, -1)
+        for i in range(self.cells):
+            if board[i]:
+                owner[i] = sign[board[i]]
+                continue
+            if seen[i]:
+                continue
+            seen[i] = 1
+            stack, region, borders = [i], [], 0
+            while stack:
+                p = stack.pop()
+                region.append(p)
+                for q in self._neighbours[p]:
+                    if board[q]:
+                        borders |= board[q]
+                    elif not seen[q]:
+                        seen[q] = 1
+                        stack.append(q)
+            if borders in (BLACK, WHITE):
+                owner[region] = sign[borders]
+        return owner[self._to_planes].reshape(self.size, self.size)
+
+    def final_targets(self, s: GoState) -> tuple[np.ndarray, float]:
+        """(Tromp-Taylor ownership, black's area minus white's minus komi), black's view."""
+        return self.ownership(s.board), self.score(s)
+
     def format_score(self, s: GoState) -> str:
         """The GTP ``final_score`` form: ``B+3.5``, ``W+0.5`` or ``0``."""
         x = self.score(s)
@@ -236,7 +267,7 @@ class Go(Game):
         out[1] = (board != 0) & (board != me)
         out[2] = s.color == 0
         out[3] = s.passes > 0
-        return out.reshape(self.obs_shape)
+        return out.reshape(4, self.size, self.size)  # (go_features adds planes behind these)
 
     def symmetries(
         self, obs: np.ndarray, policy: np.ndarray

@@ -160,6 +160,15 @@ class Othello(Game):
         mine, theirs = (white, black) if s.color else (black, white)
         return 1.0 if mine > theirs else -1.0 if mine < theirs else 0.0
 
+    def final_targets(self, s: OthelloState) -> tuple[np.ndarray, float]:
+        """(each square's disc, int8 [8, 8]: +1 black, -1 white, 0 empty; black's discs
+        minus white's), black's view."""
+        raw = s.black.to_bytes(8, "little") + s.white.to_bytes(8, "little")
+        bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), bitorder="little").astype(np.int8)
+        owner = bits[:CELLS] - bits[CELLS:]
+        black, white = self.discs(s)
+        return owner.reshape(SIZE, SIZE), float(black - white)
+
     def to_play(self, s: OthelloState) -> int:
         return s.color
 

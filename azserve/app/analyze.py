@@ -4,6 +4,9 @@ Input, one object per line: ``{"id": ..., "game": "tictactoe"|"connect4", "moves
 moves from the initial position]}``. Output, one line per input line, in order:
 ``{"id": ..., "policy": [A floats], "value": v, "move": m, "visits": [A ints]}`` (``visits``
 only with sims > 0), or ``{"id": ..., "error": "..."}`` for a bad line; the engine goes on.
+A Go checkpoint also takes requests in the shape of KataGo's analysis engine (vertices, komi,
+rules, board size, turns, visits), answered with one line per turn asked for (vertices, win
+rates, priors, principal variations): ``azserve.app.analyze_go``.
 Lines already waiting are analysed together, so bulk input runs at batched speed while an
 interactive caller gets each answer as soon as its line is read.
 """
@@ -17,19 +20,35 @@ import sys
 import threading
 from typing import IO, Any
 
-from azserve.app.agent import Agent, agent_from_checkpoint
+from actors.games.go import Go
+from azserve.app.agent import Agent, agent_from_checkpoint, run_sync
+from azserve.app.analyze_go import (
+    GoRequest,
+    RequestError,
+    analyze_go,
+    is_go_request,
+    parse_go_request,
+)
 
 MAX_CHUNK = 512
 
 
-def parse_line(line: str, agent: Agent, game_name: str) -> tuple[Any, Any]:
-    """(id, state) for a valid line; raises ValueError with a message for a bad one."""
+def _load(line: str) -> dict[str, Any]:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"malformed JSON: {exc.msg}") from None
     if not isinstance(obj, dict):
         raise ValueError("expected a JSON object")
+    return obj
+
+
+def parse_line(line: str, agent: Agent, game_name: str) -> tuple[Any, Any]:
+    """(id, state) for a valid line; raises ValueError with a message for a bad one."""
+    return _parse_obj(_load(line), agent, game_name)
+
+
+def _parse_obj(obj: dict[str, Any], agent: Agent, game_name: str) -> tuple[Any, Any]:
     game = obj.get("game", game_name)
     if game != game_name:
         raise ValueError(f"unknown game {game!r}: this engine's checkpoint plays {game_name!r}")
@@ -55,15 +74,30 @@ def _line_id(line: str) -> Any:
 def analyze_lines(
     lines: list[str], agent: Agent, game_name: str, sims: int
 ) -> list[dict[str, Any]]:
-    """Analyse a chunk of input lines; one output object per line, in order."""
-    out: list[dict[str, Any] | None] = [None] * len(lines)
+    """Analyse a chunk of input lines; the output objects in the lines' order: one per line,
+    or for a Go request (``azserve.app.analyze_go``) one per turn it asks for."""
+    out: list[list[dict[str, Any]]] = [[] for _ in lines]
     good: list[tuple[int, Any, Any]] = []
+    go_requests: list[tuple[int, GoRequest]] = []
+    is_go = isinstance(agent.game, Go)
     for i, line in enumerate(lines):
         try:
-            rid, state = parse_line(line, agent, game_name)
+            obj = _load(line)
+            if is_go and is_go_request(obj):
+                if obj.get("game", game_name) != game_name:
+                    raise RequestError(
+                        f"unknown game {obj['game']!r}: this engine's checkpoint plays "
+                        f"{game_name!r}",
+                        "game",
+                    )
+                go_requests.append((i, parse_go_request(obj, agent.game.size)))  # type: ignore[attr-defined]
+                continue
+            rid, state = _parse_obj(obj, agent, game_name)
             good.append((i, rid, state))
+        except RequestError as exc:
+            out[i] = [{"id": _line_id(line), "error": str(exc), "field": exc.field}]
         except ValueError as exc:
-            out[i] = {"id": _line_id(line), "error": str(exc)}
+            out[i] = [{"id": _line_id(line), "error": str(exc)}]
     if good:
         results = agent.analyze_sync([s for _, _, s in good], sims)
         for (i, rid, _), a in zip(good, results):
@@ -75,8 +109,14 @@ def analyze_lines(
             }
             if a.visits is not None:
                 row["visits"] = [int(v) for v in a.visits]
-            out[i] = row
-    return [r for r in out if r is not None]
+            out[i] = [row]
+    if go_requests:
+        answers = run_sync(
+            analyze_go([r for _, r in go_requests], agent.evaluator, agent.mcts_cfg, sims)
+        )
+        for (i, _), rows in zip(go_requests, answers):
+            out[i] = rows
+    return [row for rows in out for row in rows]
 
 
 def serve_stream(src: IO[str], dst: IO[str], agent: Agent, game_name: str, sims: int) -> int:

@@ -174,13 +174,28 @@ def register(sub: Any, common: Common) -> None:
     p = sub.add_parser(
         "gtp",
         help="a Go checkpoint as a GTP engine on stdin/stdout (Sabaki, GoGui, twogtp)",
-        description="Speak the Go Text Protocol (version 2) on stdin/stdout: "
-        "protocol_version, name, version, known_command, list_commands, boardsize, "
-        "clear_board, komi, play, genmove, undo, final_score (Tromp-Taylor), showboard, quit.",
+        description="Speak the Go Text Protocol (version 2) on stdin/stdout: GTP's core "
+        "commands, final_score and final_status_list (dead stones from playouts), handicap, "
+        "loadsgf/printsgf, time controls, and lz-analyze, kata-analyze and genmove_analyze "
+        "for Sabaki and Lizzie (docs/go.md).",
     )
     common(p, config_required=False)
     checkpoint_arg(p, "a Go checkpoint")
-    sims_arg(p, "per move (default eval.sims)")
+    sims_arg(p, "per move, at most (default eval.sims; a clock can make it fewer)")
+    p.add_argument(
+        "--resign",
+        type=float_in(0, 1),
+        default=0.0,
+        metavar="WINRATE",
+        help="resign when the search's win rate for the engine's colour is below this, e.g. "
+        "0.05 (default 0: never resign)",
+    )
+    p.add_argument(
+        "--playouts",
+        type=int_in(1, 100_000),
+        default=200,
+        help="random playouts behind final_score and final_status_list (default %(default)s)",
+    )
     p.set_defaults(run=_gtp)
 
     p = sub.add_parser(

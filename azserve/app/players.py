@@ -301,7 +301,8 @@ class OpenSpielMctsPlayer(Player):
             raise ConfigError(f"--opponent openspiel-mcts: OpenSpiel has no {game.name}")
         spiel = pyspiel.load_game(game.openspiel)
         self.seed += 1
-        rng = np.random.RandomState(self.seed)
+        # The ladder's game seeds are 63-bit; the bot's legacy generator takes 32.
+        rng = np.random.RandomState(np.random.SeedSequence(self.seed).generate_state(1)[0])
         evaluator = mcts.RandomRolloutEvaluator(n_rollouts=1, random_state=rng)
         self.bot = mcts.MCTSBot(
             spiel, 2.0, self.sims, evaluator, random_state=rng, solve=True, verbose=False

@@ -122,25 +122,62 @@ def cross_check(record: GameRecord, players: Sequence[Player]) -> GameRecord:
 def sgf(game: Game, r: Any, black: str, white: str, date: str = "") -> str:
     """A GameRecord (a match's GameResult is one) as SGF (FF[4]); Go only. A disputed game's
     reason and every scorer's verdict go in its comment."""
-    n = game.size  # type: ignore[attr-defined]
-    letters = "abcdefghijklmnopqrs"
-    props = (
-        f"(;GM[1]FF[4]CA[UTF-8]AP[azserve]SZ[{n}]KM[{game.komi:g}]RU[Tromp-Taylor]"  # type: ignore[attr-defined]
-        f"PB[{_escape(black)}]PW[{_escape(white)}]RE[{r.result}]"
-    )
-    if date:
-        props += f"DT[{date}]"
+    comment = ""
     if r.why or len(r.scores) > 1:
         scores = ", ".join(f"{k} {v}" for k, v in r.scores.items())
-        props += f"C[{_escape('; '.join(x for x in (r.why, scores) if x))}]"
+        comment = "; ".join(x for x in (r.why, scores) if x)
+    return sgf_record(game, r.moves, black, white, date, r.result, comment=comment)
+
+
+def sgf_record(
+    game: Game,
+    moves: Sequence[int],
+    black: str,
+    white: str,
+    date: str = "",
+    result: str = "",
+    comment: str = "",
+    comments: Sequence[str] = (),
+    colors: Sequence[int] = (),
+    setup: Sequence[tuple[int, int]] = (),
+) -> str:
+    """A Go game as SGF (FF[4]): the players' names, the date (``DT``, ISO), the result
+    (``RE``, left out while the game goes on), the game's comment, setup stones (``AB``/``AW``:
+    (colour, point) each, handicap included, with ``HA`` for black-only setups), the moves
+    (``colors``: each move's colour, for games where a side played twice; default alternating
+    from black, or white after a handicap), and each move's comment (``comments``, aligned with
+    ``moves``; "" for none). ``azserve.app.sgf_read`` reads it back."""
+    n = game.size  # type: ignore[attr-defined]
+    letters = "abcdefghijklmnopqrstuvwxy"
+
+    def point(a: int) -> str:
+        row, col = divmod(a, n)
+        return letters[col] + letters[n - 1 - row]
+
+    props = (
+        f"(;GM[1]FF[4]CA[UTF-8]AP[azserve]SZ[{n}]KM[{game.komi:g}]RU[Tromp-Taylor]"  # type: ignore[attr-defined]
+        f"PB[{_escape(black)}]PW[{_escape(white)}]"
+    )
+    if result:
+        props += f"RE[{result}]"
+    if date:
+        props += f"DT[{date}]"
+    if comment:
+        props += f"C[{_escape(comment)}]"
+    for side, key in ((0, "AB"), (1, "AW")):
+        stones = [point(p) for c, p in setup if c == side]
+        if stones:
+            props += key + "".join(f"[{x}]" for x in stones)
+    if setup and all(c == 0 for c, _ in setup):
+        props += f"HA[{len(setup)}]"
+    first = 1 if setup and all(c == 0 for c, _ in setup) else 0
     body = []
-    for i, a in enumerate(r.moves):
-        color = "BW"[i % 2]
-        if a == game.pass_action:
-            body.append(f";{color}[]")
-        else:
-            row, col = divmod(a, n)
-            body.append(f";{color}[{letters[col]}{letters[n - 1 - row]}]")
+    for i, a in enumerate(moves):
+        mover = "BW"[colors[i] if i < len(colors) else (first + i) % 2]
+        node = f";{mover}[]" if a == game.pass_action else f";{mover}[{point(a)}]"
+        if i < len(comments) and comments[i]:
+            node += f"C[{_escape(comments[i])}]"
+        body.append(node)
     return props + "".join(body) + ")\n"
 
 
@@ -148,4 +185,4 @@ def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("]", "\\]")
 
 
-__all__ = ["GameRecord", "cross_check", "play_game", "score_end", "sgf"]
+__all__ = ["GameRecord", "cross_check", "play_game", "score_end", "sgf", "sgf_record"]

@@ -27,6 +27,7 @@ from azserve.client import ClientConfig
 from azserve.errors import ConfigError
 from azserve.model.spec import NetConfig
 from azserve.server.config import ServerConfig
+from azserve.targets import FINAL
 from learner.config import (
     CheckpointConfig,
     LearnerConfig,
@@ -125,7 +126,7 @@ class Config:
 
     game: str = "connect4"
     """The game: a built-in name (``tictactoe``, ``connect4``, ``othello``, ``go9``, ``go13``,
-    ``go19``), ``openspiel:NAME``, or ``module:Class`` / ``file.py:Class`` for a game of your
+    ``go19``, ``go9-features``), ``openspiel:NAME``, or ``module:Class`` / ``file.py:Class`` for a game of your
     own (docs/games.md)."""
     net: NetConfig = field(default_factory=NetConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -171,6 +172,24 @@ class Config:
                 f"learner.processes={self.learner.processes} with trainer.amp='fp16': the "
                 "gradient scaler is per process; use 'bf16' or 'none'"
             )
+        trained = self.trainer.targets()
+        for name in trained:
+            if name not in self.net.heads:
+                raise ConfigError(
+                    f"trainer.{name}_weight={getattr(self.trainer, f'{name}_weight')} needs "
+                    f"the {name} head: add {name!r} to net.heads"
+                )
+        final = [n for n in trained if n in FINAL]
+        if final and type(game).final_targets is Game.final_targets:
+            raise ConfigError(
+                f"trainer.{final[0]}_weight > 0: {self.game} gives no final ownership or "
+                "score (Game.final_targets); set it to 0"
+            )
+        if trained and self.learner.processes > 1:
+            raise ConfigError(
+                f"trainer.{trained[0]}_weight > 0 with learner.processes="
+                f"{self.learner.processes}: targets train in one learner process only"
+            )
         if self.client.max_rows > self.server.max_batch_size:
             raise ConfigError(
                 f"client.max_rows={self.client.max_rows} exceeds server.max_batch_size="
@@ -205,8 +224,13 @@ def client_config(cfg: Config) -> ClientConfig:
 
 
 def actors_config(cfg: Config) -> ActorsConfig:
-    """The actors section with the learner endpoint resolved."""
-    return dataclasses.replace(cfg.actors, learner=endpoints(cfg).learner)
+    """The actors section with the learner endpoint resolved, and ``targets`` on when the
+    trainer trains on any (``trainer.*_weight`` above 0)."""
+    return dataclasses.replace(
+        cfg.actors,
+        learner=endpoints(cfg).learner,
+        targets=cfg.actors.targets or bool(cfg.trainer.targets()),
+    )
 
 
 def learner_settings(cfg: Config) -> LearnerSettings:

@@ -11,6 +11,7 @@ from azserve.model.spec import ModelSpec, NetConfig
 
 _LAZY = {
     "AlphaZeroNet": "azserve.model.network",
+    "NetOutputs": "azserve.model.network",
     "build_net": "azserve.model.network",
     "initial_weights": "azserve.model.network",
     "param_bytes": "azserve.model.network",

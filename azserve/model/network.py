@@ -2,9 +2,17 @@
 
 Input is float planes ``[B, C, H, W]`` (the server converts the uint8 wire planes on the device);
 outputs are policy logits ``[B, A]`` and a value ``[B]`` in (-1, 1) for the side to move.
+
+Two options change the tower and the heads (both off by default, and then the net is today's,
+key for key and bit for bit): global pooling blocks (``NetConfig.global_pool_every``, KataGo's
+global pooling bias, arXiv 1902.10565 section 4.3) and auxiliary heads (``NetConfig.heads``:
+final ownership, score margin, the opponent's reply policy) that only ``forward_all``, the
+learner's forward, computes.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -28,8 +36,56 @@ class _ResBlock(nn.Module):
         return F.relu(x + y)
 
 
+class _GlobalPoolBlock(nn.Module):
+    """A residual block whose first convolution is split (KataGo's global pooling bias): the
+    ``pooled`` channels, after BatchNorm and ReLU, are reduced to their mean and maximum over
+    the board, and a linear layer of those ``2 * pooled`` numbers biases each of the other
+    (regular) channels before their ReLU. The whole board's state thus reaches every point in
+    one block (a ko fight, the score, which side leads), which 3x3 convolutions see only after
+    many. KataGo also pools a board-size-scaled mean; on one board size it is a fixed multiple
+    of the mean, so it is left out. Every convolution is followed by a BatchNorm named after it
+    (``conv1``/``bn1``, ``conv1g``/``bn1g``, ``conv2``/``bn2``), so ``fold_batchnorm`` folds
+    them all, and the bias enters after ``bn1``, where folding leaves it unchanged."""
+
+    def __init__(self, channels: int, pooled: int) -> None:
+        super().__init__()
+        regular = channels - pooled
+        self.conv1 = nn.Conv2d(channels, regular, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(regular)
+        self.conv1g = nn.Conv2d(channels, pooled, 3, padding=1, bias=False)
+        self.bn1g = nn.BatchNorm2d(pooled)
+        self.pool_fc = nn.Linear(2 * pooled, regular)
+        self.conv2 = nn.Conv2d(regular, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = F.relu(self.bn1g(self.conv1g(x)))
+        pooled = torch.cat([g.mean(dim=(2, 3)), g.amax(dim=(2, 3))], dim=1)  # [B, 2 * pooled]
+        bias = self.pool_fc(pooled)[:, :, None, None]
+        y = F.relu(self.bn1(self.conv1(x)) + bias)
+        y = self.bn2(self.conv2(y))
+        return F.relu(x + y)
+
+
+class NetOutputs(NamedTuple):
+    """What ``forward_all`` computes; a head the net lacks is None."""
+
+    logits: torch.Tensor
+    """Policy logits ``[B, A]``."""
+    value: torch.Tensor
+    """Value ``[B]`` in (-1, 1) for the side to move."""
+    ownership: torch.Tensor | None
+    """Ownership logits ``[B, H, W]`` (planes' layout): ``tanh`` of them is the expected final
+    owner of each point, +1 the side to move, -1 the opponent."""
+    score: torch.Tensor | None
+    """Final score margin for the side to move ``[B]``, divided by the board's cells."""
+    reply: torch.Tensor | None
+    """Logits ``[B, A]`` of the opponent's reply policy (the next position's search policy)."""
+
+
 class AlphaZeroNet(nn.Module):
-    """Residual policy/value network. ``forward(x [B,C,H,W] float) -> (logits [B,A], value [B])``."""
+    """Residual policy/value network. ``forward(x [B,C,H,W] float) -> (logits [B,A], value [B])``;
+    ``forward_all(x) -> NetOutputs`` adds the auxiliary heads."""
 
     def __init__(self, cfg: NetConfig) -> None:
         super().__init__()
@@ -38,7 +94,15 @@ class AlphaZeroNet(nn.Module):
         self.stem = nn.Sequential(
             nn.Conv2d(cfg.in_channels, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU()
         )
-        self.tower = nn.Sequential(*[_ResBlock(c) for _ in range(cfg.blocks)])
+        every = cfg.global_pool_every
+        self.tower = nn.Sequential(
+            *[
+                _GlobalPoolBlock(c, cfg.global_pool_channels)
+                if every and (i + 1) % every == 0
+                else _ResBlock(c)
+                for i in range(cfg.blocks)
+            ]
+        )
         hw = cfg.height * cfg.width
         self.policy_conv = nn.Sequential(
             nn.Conv2d(c, cfg.policy_channels, 1, bias=False),
@@ -53,13 +117,39 @@ class AlphaZeroNet(nn.Module):
         )
         self.value_fc1 = nn.Linear(cfg.value_channels * hw, cfg.value_hidden)
         self.value_fc2 = nn.Linear(cfg.value_hidden, 1)
+        # Auxiliary heads, created only when asked for (a net without them keeps its keys).
+        if "ownership" in cfg.heads:
+            self.ownership_conv = nn.Conv2d(c, 1, 1)
+        if "score" in cfg.heads:  # beside the value, from the value head's hidden layer
+            self.score_fc = nn.Linear(cfg.value_hidden, 1)
+        if "reply" in cfg.heads:  # a second policy head
+            self.reply_conv = nn.Sequential(
+                nn.Conv2d(c, cfg.policy_channels, 1, bias=False),
+                nn.BatchNorm2d(cfg.policy_channels),
+                nn.ReLU(),
+            )
+            self.reply_fc = nn.Linear(cfg.policy_channels * hw, cfg.num_actions)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.forward_all(x, heads=False)
+        return out.logits, out.value
+
+    def forward_all(self, x: torch.Tensor, heads: bool = True) -> NetOutputs:
+        """Policy, value and (``heads``) the auxiliary heads the net has."""
         h = self.tower(self.stem(x))
         logits = self.policy_fc(self.policy_conv(h).flatten(1))
         v = F.relu(self.value_fc1(self.value_conv(h).flatten(1)))
         value = torch.tanh(self.value_fc2(v)).squeeze(1)
-        return logits, value
+        if not heads:
+            return NetOutputs(logits, value, None, None, None)
+        has = self.cfg.heads
+        return NetOutputs(
+            logits,
+            value,
+            self.ownership_conv(h).squeeze(1) if "ownership" in has else None,
+            self.score_fc(v).squeeze(1) if "score" in has else None,
+            self.reply_fc(self.reply_conv(h).flatten(1)) if "reply" in has else None,
+        )
 
 
 def build_net(cfg: NetConfig, seed: int | None = 0) -> AlphaZeroNet:

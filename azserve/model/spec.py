@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from azserve.errors import ConfigError
+
+HEADS = ("ownership", "score", "reply")
+"""The auxiliary heads a net may have beside policy and value (``NetConfig.heads``)."""
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -44,6 +49,30 @@ class NetConfig:
     seed: int = 0
     """Seed of the initial random weights: version 0 of every run, the one origin the learner
     and a server started without a checkpoint share (``model.initial_weights``)."""
+    global_pool_every: int = 0
+    """Every k-th residual block (the k-th, 2k-th, ...) is a global pooling block (KataGo's
+    global pooling bias: the means and maxima of ``global_pool_channels`` channels, through a
+    linear layer, bias the block's other channels); 0 = none, today's net exactly."""
+    global_pool_channels: int = 16
+    """Channels pooled in a global pooling block (the block keeps ``channels`` minus these as
+    its regular channels, so it costs about what a plain block does)."""
+    heads: tuple[str, ...] = ()
+    """Auxiliary heads trained on the game's targets (``ownership``, ``score``, ``reply``);
+    empty = none. Only the learner computes them: serving answers policy and value."""
+
+    def __post_init__(self) -> None:
+        if self.global_pool_every < 0:
+            raise ConfigError(f"net.global_pool_every={self.global_pool_every}: must be >= 0")
+        if self.global_pool_every and not 0 < self.global_pool_channels < self.channels:
+            raise ConfigError(
+                f"net.global_pool_channels={self.global_pool_channels}: must be in "
+                f"1..{self.channels - 1} (net.channels - 1)"
+            )
+        unknown = [h for h in self.heads if h not in HEADS]
+        if unknown or len(set(self.heads)) != len(self.heads):
+            raise ConfigError(
+                f"net.heads={list(self.heads)}: each at most once, from {list(HEADS)}"
+            )
 
     @property
     def obs_shape(self) -> tuple[int, int, int]:

@@ -1,10 +1,13 @@
 /* Go under Tromp-Taylor rules at any size from 2x2 to 25x25 and any komi (the rules' params:
- * size, komi; 9 and 7.5 by default): the same rules as actors/games/go.py, the oracle.
+ * size, komi, features; 9, 7.5 and 0 by default): the same rules as actors/games/go.py, the
+ * oracle (with features: actors/games/go_features.py).
  *
  * Blob: board[N * N] (0 empty, 1 black, 2 white; cell row * N + col, row 0 at the bottom),
- * colour u8 (0 black to move), passes u8 (consecutive), ply u16; then the board's Zobrist hash
- * u64 (derived). Area scoring, suicide illegal, positional superko illegal, the pass always
- * legal; over on two passes or at 2 * N * N plies. History items: the earlier boards. */
+ * colour u8 (0 black to move), passes u8 (consecutive), ply u16; with features, then the ko
+ * point u16 and the last GO_LAST moves u16 each, newest first (GO_NONE where none); then the
+ * board's Zobrist hash u64 (derived). Area scoring, suicide illegal, positional superko
+ * illegal, the pass always legal; over on two passes or at 2 * N * N plies. History items: the
+ * earlier boards. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -22,9 +25,14 @@
     default: return call_n((g)->n);                                                            \
     }
 #define GO_MAX_CELLS (GO_MAX_N * GO_MAX_N)
+#define GO_LAST 3        /* moves shown by the feature planes */
+#define GO_NONE 0xFFFF   /* no ko point, no move */
+#define GO_PLANES 4      /* planes without features */
+#define GO_FEATURE_PLANES (GO_PLANES + 3 + 1 + GO_LAST) /* + liberties 1/2/3+, ko, last moves */
 
 typedef struct {
     int n, cells, pass, blob; /* blob: bytes of the Python blob; the hash follows it */
+    int features;             /* the feature planes and the state they need (ko, last moves) */
     double komi;
     int neigh[GO_MAX_CELLS][4], nneigh[GO_MAX_CELLS];
 } Go;
@@ -43,6 +51,11 @@ static uint64_t splitmix64(uint64_t *x) {
 
 static int go_make(GameRules *r, const double *params, int n, const char **why) {
     double size = n > 0 ? params[0] : 9.0, komi = n > 1 ? params[1] : 7.5;
+    double features = n > 2 ? params[2] : 0.0;
+    if (features != 0.0 && features != 1.0) {
+        *why = "go: features must be 0 or 1";
+        return -1;
+    }
     if (!(size >= 2 && size <= GO_MAX_N) || size != floor(size)) {
         *why = "go: the board size must be a whole number in 2..25";
         return -1;
@@ -69,7 +82,8 @@ static int go_make(GameRules *r, const double *params, int n, const char **why) 
     g->n = N;
     g->cells = cells;
     g->pass = cells;
-    g->blob = cells + 4;
+    g->features = features == 1.0;
+    g->blob = cells + 4 + (g->features ? 2 * (1 + GO_LAST) : 0);
     g->komi = komi;
     for (int i = 0; i < cells; i++) {
         int row = i / N, c = i % N, k = 0;
@@ -81,7 +95,7 @@ static int go_make(GameRules *r, const double *params, int n, const char **why) 
     }
     snprintf(r->label, sizeof r->label, "go%d", N);
     r->num_actions = cells + 1;
-    r->obs_size = 4 * cells;
+    r->obs_size = (g->features ? GO_FEATURE_PLANES : GO_PLANES) * cells;
     r->blob_size = g->blob;
     r->state_size = g->blob + 8;
     r->max_plies = 2 * cells;
@@ -115,6 +129,18 @@ static int go_load(const GameRules *r, const unsigned char *blob, unsigned char 
     if (blob[cells] > 1 || blob[cells + 1] > 2 || get_u16(blob + cells + 2) > r->max_plies) {
         *why = "not a Go position (bad colour, passes or ply)";
         return -1;
+    }
+    if (g->features) {
+        int ko = get_u16(blob + cells + 4);
+        int bad = ko != GO_NONE && (ko >= cells || blob[ko]);
+        for (int k = 0; k < GO_LAST; k++) {
+            int m = get_u16(blob + cells + 6 + 2 * k);
+            bad |= m != GO_NONE && m > cells;
+        }
+        if (bad) {
+            *why = "not a Go position (bad ko point or last moves)";
+            return -1;
+        }
     }
     memcpy(state, blob, (size_t)g->blob);
     put_u64(state + g->blob, go_item_hash(r, blob));
@@ -195,7 +221,7 @@ GO_INLINE int go_legal_n(const Go *g, const unsigned char *s, const Repeats *rep
     Chains ch;
     go_chains(g, s, &ch, cells);
     int color = s[cells] + 1, k = 0;
-    uint64_t h = get_u64(s + cells + 4), after;
+    uint64_t h = get_u64(s + g->blob), after;
     for (int p = 0; p < cells; p++)
         if (!s[p] && go_placement(g, s, &ch, h, p, color, &after) &&
             !(rep && rep->seen(rep->ctx, after)))
@@ -243,10 +269,33 @@ static double go_score(const Go *g, const unsigned char *board) {
     return (double)area[1] - (double)area[2] - g->komi;
 }
 
+/* With features: the ko point and the last moves of `next`, after `a` took `taken` stones (the
+ * last at `taken_at`) from `s`. The ko point is the one stone just taken when the stone that
+ * took it stands alone with that point as its only liberty: retaking it at once would repeat
+ * the board, which positional superko forbids. */
+static void go_features_after(const Go *g, unsigned char *next, const unsigned char *s, int a,
+                              int taken, int taken_at) {
+    int cells = g->cells, ko = GO_NONE;
+    if (a < cells && taken == 1) {
+        int alone = 1, libs = 0;
+        for (int j = 0; j < g->nneigh[a]; j++) {
+            int q = g->neigh[a][j];
+            alone &= next[q] != next[a];
+            libs += !next[q];
+        }
+        if (alone && libs == 1) ko = taken_at;
+    }
+    put_u16(next + cells + 4, ko);
+    for (int k = GO_LAST - 1; k > 0; k--)
+        put_u16(next + cells + 6 + 2 * k, get_u16(s + cells + 6 + 2 * (k - 1)));
+    put_u16(next + cells + 6, a);
+}
+
 GO_INLINE int go_play_n(const Go *g, const unsigned char *s, int a,
                         unsigned char *next, double *tv, const int cells) {
     int color = s[cells] + 1, passes = s[cells + 1], ply = get_u16(s + cells + 2) + 1;
-    uint64_t h = get_u64(s + cells + 4);
+    int taken = 0, taken_at = GO_NONE; /* stones this move takes; where the last one was */
+    uint64_t h = get_u64(s + g->blob);
     memcpy(next, s, (size_t)cells);
     if (a == cells) {
         passes++;
@@ -281,12 +330,15 @@ GO_INLINE int go_play_n(const Go *g, const unsigned char *s, int a,
                 next[chain[c]] = 0;
                 h ^= ZOBRIST[chain[c]][opp];
             }
+            taken += n;
+            taken_at = chain[0];
         }
     }
     next[cells] = (unsigned char)(color == 1); /* the other side: 1 (white) after black */
     next[cells + 1] = (unsigned char)passes;
     put_u16(next + cells + 2, ply);
-    put_u64(next + cells + 4, h);
+    if (g->features) go_features_after(g, next, s, a, taken, taken_at);
+    put_u64(next + g->blob, h);
     if (passes < 2 && ply < 2 * cells) return 0;
     double black = go_score(g, next);
     double mine = next[cells] ? -black : black;
@@ -318,8 +370,31 @@ GO_INLINE void go_encode_n(const unsigned char *s, unsigned char *out, const int
         }
 }
 
+/* The feature planes after the first four: stones whose chain has 1, 2, 3 or more liberties;
+ * the ko point; the last GO_LAST moves, newest first (a pass marks nothing). */
+static void go_encode_features(const Go *g, const unsigned char *s, unsigned char *out) {
+    const int N = g->n, cells = g->cells;
+    Chains ch;
+    go_chains(g, s, &ch, cells);
+    memset(out, 0, (size_t)(GO_FEATURE_PLANES - GO_PLANES) * (size_t)cells);
+    for (int i = 0; i < cells; i++) {
+        int o = (N - 1 - i / N) * N + i % N; /* obs row 0 is the top row */
+        if (s[i]) {
+            int libs = ch.libs[ch.group[i]];
+            out[(libs >= 3 ? 2 : libs - 1) * cells + o] = 1;
+        }
+    }
+    int ko = get_u16(s + cells + 4);
+    if (ko != GO_NONE) out[3 * cells + (N - 1 - ko / N) * N + ko % N] = 1;
+    for (int k = 0; k < GO_LAST; k++) {
+        int m = get_u16(s + cells + 6 + 2 * k);
+        if (m < cells) out[(4 + k) * cells + (N - 1 - m / N) * N + m % N] = 1;
+    }
+}
+
 static void go_encode(const GameRules *r, const unsigned char *s, unsigned char *out) {
     const Go *g = (const Go *)r->data;
+    if (g->features) go_encode_features(g, s, out + GO_PLANES * g->cells);
     switch (g->n) {
     case 9: go_encode_n(s, out, 9); break;
     case 13: go_encode_n(s, out, 13); break;
@@ -330,8 +405,8 @@ static void go_encode(const GameRules *r, const unsigned char *s, unsigned char 
 
 const GameDef GAME_go = {
     .name = "go",
-    .params = "size, komi",
-    .nparams = 2,
+    .params = "size, komi, features",
+    .nparams = 3,
     .make = go_make,
     .release = go_release,
     .load = go_load,
