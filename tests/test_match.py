@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -76,6 +77,8 @@ def check_complete(summary: dict, out: Path, games: int) -> None:
     for i, result in enumerate(summary["results"]):
         text = (out / f"game-{i:04d}.sgf").read_text()
         assert f"RE[{result}]" in text and "KM[7.5]" in text and "SZ[9]" in text
+        # Our side is named by its checkpoint (the version GTP reports), not just "azserve".
+        assert re.search(r"P[BW]\[azserve [^]]*-go9-step\d+-w[0-9a-f]{8}\]", text), text
         moves = replay_sgf(text)
         assert moves, text
 

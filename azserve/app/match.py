@@ -114,6 +114,8 @@ def run_match(args: argparse.Namespace) -> int:
 
     from azserve.app.agent import agent_from_checkpoint
     from azserve.app.bench.cli import emit
+    from azserve.app.cli import newest_checkpoint_in
+    from azserve.app.gtp import identity
 
     # One position at a time: a second thread only adds overhead, and with another engine
     # (or a second match) on the cores, torch's spinning threads slowed a Go game 40-fold
@@ -126,16 +128,17 @@ def run_match(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
 
     def checkpoint_player(path: str, seed: int) -> Player:
-        from azserve.app.cli import newest_checkpoint_in
-
-        their_cfg, theirs = agent_from_checkpoint(newest_checkpoint_in(path), None, (), game.name)
+        file = newest_checkpoint_in(path)
+        their_cfg, theirs = agent_from_checkpoint(file, None, (), game.name)
         their_sims = their_cfg.eval.sims if args.sims is None else args.sims
-        return AgentPlayer(theirs, their_sims, args.sample_moves, seed + 1, name=path)
+        name = f"azserve {identity(file, game.name)}"  # two nets' games tell them apart
+        return AgentPlayer(theirs, their_sims, args.sample_moves, seed + 1, name=name)
 
     opponent = make_player(
         args.opponent, args.seed, out_dir / "opponent.log", agent_player=checkpoint_player
     )
-    ours = AgentPlayer(agent, sims, args.sample_moves, args.seed)
+    ours_name = f"azserve {identity(newest_checkpoint_in(args.checkpoint), game.name)}"
+    ours = AgentPlayer(agent, sims, args.sample_moves, args.seed, name=ours_name)
     as_run = getattr(opponent, "command", opponent.name)
     print(
         f"azserve match: {game.name}, {args.games} games against {as_run}, "
