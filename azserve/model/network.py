@@ -131,15 +131,24 @@ class AlphaZeroNet(nn.Module):
             self.reply_fc = nn.Linear(cfg.policy_channels * hw, cfg.num_actions)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.forward_all(x, heads=False)
-        return out.logits, out.value
+        _, logits, _, value = self._trunk(x)
+        return logits, value
 
-    def forward_all(self, x: torch.Tensor, heads: bool = True) -> NetOutputs:
-        """Policy, value and (``heads``) the auxiliary heads the net has."""
+    def _trunk(
+        self, x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The tower's output, the policy logits, the value head's hidden layer and the value:
+        plain tensors, so that ``forward`` stays scriptable (Triton's TorchScript export)."""
         h = self.tower(self.stem(x))
         logits = self.policy_fc(self.policy_conv(h).flatten(1))
         v = F.relu(self.value_fc1(self.value_conv(h).flatten(1)))
         value = torch.tanh(self.value_fc2(v)).squeeze(1)
+        return h, logits, v, value
+
+    def forward_all(self, x: torch.Tensor, heads: bool = True) -> NetOutputs:
+        """Policy, value and (``heads``) the auxiliary heads the net has (the learner's
+        forward; serving uses ``forward``)."""
+        h, logits, v, value = self._trunk(x)
         if not heads:
             return NetOutputs(logits, value, None, None, None)
         has = self.cfg.heads
