@@ -184,28 +184,8 @@ class Go(Game):
 
     def areas(self, board: bytes) -> tuple[int, int]:
         """Tromp-Taylor area (black, white): stones plus empty regions touching one colour."""
-        area = [0, 0, 0]
-        seen = bytearray(self.cells)
-        for i in range(self.cells):
-            if board[i]:
-                area[board[i]] += 1
-                continue
-            if seen[i]:
-                continue
-            seen[i] = 1
-            stack, size, borders = [i], 0, 0
-            while stack:
-                p = stack.pop()
-                size += 1
-                for q in self._neighbours[p]:
-                    if board[q]:
-                        borders |= board[q]
-                    elif not seen[q]:
-                        seen[q] = 1
-                        stack.append(q)
-            if borders in (BLACK, WHITE):
-                area[borders] += size
-        return area[BLACK], area[WHITE]
+        owner = self._owners(board)
+        return int((owner == 1).sum()), int((owner == -1).sum())
 
     def score(self, s: GoState) -> float:
         """Black's area minus white's, minus komi: > 0 black leads."""
@@ -215,6 +195,10 @@ class Go(Game):
     def ownership(self, board: bytes) -> np.ndarray:
         """Tromp-Taylor owner of each point, int8 [N, N] in the planes' layout (top row first):
         +1 black (a stone, or an empty region touching only black), -1 white, 0 neither."""
+        return self._owners(board)[self._to_planes].reshape(self.size, self.size)
+
+    def _owners(self, board: bytes) -> np.ndarray:
+        """Tromp-Taylor owner of each point in the board's own order (int8: +1, -1, 0)."""
         owner = np.zeros(self.cells, dtype=np.int8)
         seen = bytearray(self.cells)
         sign = (0, 1, -1)
@@ -237,7 +221,7 @@ class Go(Game):
                         stack.append(q)
             if borders in (BLACK, WHITE):
                 owner[region] = sign[borders]
-        return owner[self._to_planes].reshape(self.size, self.size)
+        return owner
 
     def final_targets(self, s: GoState) -> tuple[np.ndarray, float]:
         """(Tromp-Taylor ownership, black's area minus white's minus komi), black's view."""
