@@ -14,8 +14,6 @@ given). Stockfish's weakest settings, for example::
 
 from __future__ import annotations
 
-import os
-import select
 import shlex
 import subprocess
 import time
@@ -26,7 +24,7 @@ import numpy as np
 
 from actors.games import Game, State
 from actors.games.chess import Chess, ChessState, Move
-from azserve.app.players import Player, PlayerError, Refused, find_command
+from azserve.app.players import Player, PlayerError, Refused, find_command, read_output
 from azserve.errors import ConfigError
 
 GO_LIMITS = ("movetime", "nodes", "depth")
@@ -105,19 +103,9 @@ class UciPlayer(Player):
                 line = raw.decode(errors="replace").strip()
                 if line.startswith(prefix):
                     return line
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise PlayerError(
-                    f"{self.name}: no {prefix!r} after {after!r} in {self.timeout_s:g} s"
-                )
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    raise PlayerError(
-                        f"{self.name}: exited (code {self.proc.wait()}) after {after!r}"
-                    )
-                self._buf += chunk
+            self._buf += read_output(
+                self, fd, deadline, f"{prefix!r} after {after!r}", f"after {after!r}"
+            )
 
     def new_game(self, game: Game) -> None:
         self.game = _chess(game, self.name)

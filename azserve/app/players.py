@@ -205,17 +205,9 @@ class GtpPlayer(Player):
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         while b"\n\n" not in self._buf.replace(b"\r", b""):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise PlayerError(f"{self.name}: no reply to {command!r} in {self.timeout_s:g} s")
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    raise PlayerError(
-                        f"{self.name}: exited (code {self.proc.wait()}) during {command!r}"
-                    )
-                self._buf += chunk
+            self._buf += read_output(
+                self, fd, deadline, f"reply to {command!r}", f"during {command!r}"
+            )
         data = self._buf.replace(b"\r", b"")
         reply, _, rest = data.partition(b"\n\n")
         self._buf = rest
@@ -397,3 +389,19 @@ __all__ = [
     "parse_gtp_score",
     "parse_spec",
 ]
+
+
+def read_output(player: Any, fd: int, deadline: float, waiting: str, during: str) -> bytes:
+    """What an engine process (``player.proc``) has written to ``fd`` by ``deadline`` (b""
+    when nothing yet): ``PlayerError`` when the deadline has passed (``no WAITING in N s``) or
+    the engine exited (``exited (code C) DURING``)."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise PlayerError(f"{player.name}: no {waiting} in {player.timeout_s:g} s")
+    ready, _, _ = select.select([fd], [], [], left)
+    if not ready:
+        return b""
+    chunk = os.read(fd, 65536)
+    if not chunk:
+        raise PlayerError(f"{player.name}: exited (code {player.proc.wait()}) {during}")
+    return chunk
