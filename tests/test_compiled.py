@@ -39,7 +39,7 @@ from tests.conftest import (
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
-def _randomise_batchnorm(net: nn.Module, seed: int) -> None:
+def randomise_batchnorm(net: nn.Module, seed: int) -> None:
     """Non-trivial running statistics, as after training (fresh ones make folding a no-op)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -55,7 +55,7 @@ def trained_blob(seed: int) -> bytes:
     from azserve.model.weights import state_dict_to_bytes
 
     net = build_net(NET, seed=seed)
-    _randomise_batchnorm(net, seed)
+    randomise_batchnorm(net, seed)
     return state_dict_to_bytes(net.state_dict())
 
 
@@ -71,7 +71,7 @@ def eager(blob: bytes, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def test_fold_batchnorm_computes_the_same_function_without_batchnorm() -> None:
     net = build_net(NET, seed=3).eval()
-    _randomise_batchnorm(net, 3)
+    randomise_batchnorm(net, 3)
     folded = fold_batchnorm(net)
     assert not any(isinstance(m, nn.BatchNorm2d) for m in folded.modules())
     assert any(isinstance(m, nn.BatchNorm2d) for m in net.modules()), "the original is kept"

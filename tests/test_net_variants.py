@@ -20,6 +20,7 @@ from azserve.model.fold import fold_batchnorm
 from azserve.model.network import build_net, initial_weights
 from azserve.model.spec import NetConfig
 from azserve.model.weights import bytes_to_state_dict, state_dict_to_bytes
+from tests.test_compiled import randomise_batchnorm
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -80,17 +81,6 @@ def test_global_pooling_blocks_and_heads_add_their_keys_only() -> None:
     assert state["tower.0.conv1.weight"].shape == (12, 12, 3, 3)
 
 
-def _randomise_batchnorm(net: nn.Module, seed: int) -> None:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
-                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-                m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-                m.bias.copy_(torch.rand(m.num_features, generator=g) - 0.5)
-
-
 def _obs(rows: int, seed: int = 0) -> torch.Tensor:
     rng = np.random.default_rng(seed)
     return torch.from_numpy(rng.integers(0, 2, (rows, *TINY.obs_shape), dtype=np.uint8)).float()
@@ -98,7 +88,7 @@ def _obs(rows: int, seed: int = 0) -> torch.Tensor:
 
 def test_folding_a_pooled_net_with_heads_keeps_every_output() -> None:
     net = build_net(POOLED, seed=4).eval()
-    _randomise_batchnorm(net, 4)
+    randomise_batchnorm(net, 4)
     folded = fold_batchnorm(net)
     assert not any(isinstance(m, nn.BatchNorm2d) for m in folded.modules())
     x = _obs(16)
@@ -132,7 +122,7 @@ def test_forward_is_forward_all_without_heads() -> None:
 def test_the_compiled_server_serves_a_pooled_net_as_eager_computes_it() -> None:
     """As served by default: compiled (inductor), bf16, the BatchNorms folded."""
     net = build_net(POOLED, seed=7).eval()
-    _randomise_batchnorm(net, 7)
+    randomise_batchnorm(net, 7)
     with torch.no_grad():  # a pooled bias as strong as a trained one, not a fresh layer's
         net.tower[1].pool_fc.weight.mul_(10)
     blob = state_dict_to_bytes(net.state_dict())
