@@ -25,13 +25,19 @@ pytestmark = pytest.mark.skipif(
 TTT, C4 = TicTacToe(), ConnectFour()
 
 
-def hashed(dtype: Any = np.float32, value_type: Any = np.float32, spread: float = 2.0):
+def hashed(
+    dtype: Any = np.float32,
+    value_type: Any = np.float32,
+    spread: float = 2.0,
+    actions: int | None = None,
+):
     """A deterministic evaluator: pseudo-random logits and value seeded by the position's bytes,
-    so both searches see the same network whatever order they ask in."""
+    so both searches see the same network whatever order they ask in. ``actions`` is the policy
+    width (by default guessed from the board's shape, ``ACTIONS``: chess needs it given)."""
 
     async def evaluate(obs: np.ndarray) -> tuple[np.ndarray, Any]:
         g = np.random.default_rng(zlib.crc32(obs.tobytes()))
-        logits = (g.standard_normal(_actions(obs)) * spread).astype(dtype)
+        logits = (g.standard_normal(actions or _actions(obs)) * spread).astype(dtype)
         return logits, value_type(g.uniform(-1, 1))
 
     return evaluate
