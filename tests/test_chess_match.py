@@ -151,6 +151,9 @@ def test_match_against_stockfish_writes_pgn(tmp_path: Path) -> None:
     summary = json.loads((out / "match.json").read_text())
     assert summary["games"] == 2 and summary["forfeits"] == {"ours": 0, "theirs": 0}
     assert summary["disputed"] == 0
+    # Chess's colours and results, as PGN names them (White moves first).
+    assert summary["as_white"]["games"] == summary["as_black"]["games"] == 1
+    assert set(summary["results"]) <= {"1-0", "0-1", "1/2-1/2"}
     games = sorted(out.glob("game-*.pgn"))
     assert len(games) == 2
     assert '[White "uci:' in games[1].read_text() and '[Black "uci:' in games[0].read_text()

@@ -40,6 +40,9 @@ class Game(abc.ABC):
     """A: size of the action space (policy vectors are ``float32 [A]``)."""
     obs_shape: tuple[int, int, int]
     """(C, H, W) of ``encode``'s uint8 planes."""
+    sides: tuple[str, str] = ("black", "white")
+    """What the game's own records call player 0 (who moves first) and player 1: chess
+    ``("white", "black")``. ``azserve match`` names colours and its summary keys by them."""
     pass_action: int | None = None
     """The pass action where the game has one (Go, Othello), else None."""
     core_name: str | None = None

@@ -99,6 +99,7 @@ class Chess(Game):
     adjudicated a draw; ``history``: earlier positions in the planes (0..15)."""
 
     name = "chess"
+    sides = ("white", "black")
     core_name = "chess"
     openspiel = "chess"
     num_actions = ACTIONS

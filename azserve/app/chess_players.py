@@ -208,11 +208,17 @@ class GreedyPlayer(Player):
         return int(best[self.rng.integers(len(best))])
 
 
+def pgn_result(r: Any) -> str:
+    """A refereed game's (``GameRecord``) result as PGN writes it: ``1-0``, ``0-1``, ``1/2-1/2``,
+    or ``*`` for a disputed one."""
+    return {0: "1-0", 1: "0-1"}.get(r.winner, "*" if r.reason == "disputed" else "1/2-1/2")
+
+
 def pgn(game: Chess, r: Any, white: str, black: str, date: str = "", event: str = "") -> str:
     """A refereed game (``GameRecord``) as PGN from the start position: SAN moves, the result
     (``1-0``, ``0-1``, ``1/2-1/2``, ``*`` for a disputed one) and, for a forfeit or dispute, why
     in a comment."""
-    result = {0: "1-0", 1: "0-1"}.get(r.winner, "*" if r.reason == "disputed" else "1/2-1/2")
+    result = pgn_result(r)
     tags = [
         ("Event", event or "azserve match"),
         ("Site", "?"),

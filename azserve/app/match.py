@@ -17,13 +17,14 @@ import datetime
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from actors.games import Game
 from actors.games.chess import Chess
-from azserve.app.chess_players import pgn
+from azserve.app.chess_players import pgn, pgn_result
 from azserve.app.players import RESIGN, AgentPlayer, Player, PlayerError, Refused, make_player
 from azserve.app.referee import GameRecord, play_game, sgf
 
@@ -63,7 +64,15 @@ def wilson(wins: float, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def summarize(results: list[GameResult], opponent: str) -> dict[str, Any]:
+def summarize(
+    results: list[GameResult],
+    opponent: str,
+    sides: tuple[str, str] = ("black", "white"),
+    result_text: Callable[[GameResult], str] = lambda r: r.result,
+) -> dict[str, Any]:
+    """match.json's summary; ``sides`` names the colours (``as_black``, ``as_white``) and
+    ``result_text`` writes each game's result as the game's records do (SGF's ``B+3.5``, PGN's
+    ``1-0``)."""
     scored = [r for r in results if r.reason != "disputed"]
     wins = sum(r.won for r in scored)
     draws = sum(r.winner is None for r in scored)
@@ -71,7 +80,8 @@ def summarize(results: list[GameResult], opponent: str) -> dict[str, Any]:
     points = wins + 0.5 * draws
     lo, hi = wilson(points, n)
     by_color = {}
-    for color, label in ((0, "as_black"), (1, "as_white")):
+    for color, side in enumerate(sides):
+        label = f"as_{side}"
         mine = [r for r in scored if r.our_color == color]
         by_color[label] = {
             "games": len(mine),
@@ -104,7 +114,7 @@ def summarize(results: list[GameResult], opponent: str) -> dict[str, Any]:
         "checked_by_opponent": sum("black" in r.scores or "white" in r.scores for r in scored),
         "margin_differs": sum(r.margin_differs for r in scored),
         "mean_moves": round(sum(len(r.moves) for r in results) / max(1, len(results)), 1),
-        "results": [r.result for r in results],
+        "results": [result_text(r) for r in results],
     }
 
 
@@ -147,7 +157,8 @@ def run_match(args: argparse.Namespace) -> int:
         flush=True,
     )
     today = datetime.date.today().isoformat()
-    sides = ("white", "black") if isinstance(game, Chess) else ("black", "white")
+    sides = game.sides
+    result_text = pgn_result if isinstance(game, Chess) else (lambda r: r.result)
     results: list[GameResult] = []
     try:
         for i in range(args.games):
@@ -178,14 +189,14 @@ def run_match(args: argparse.Namespace) -> int:
             )
             print(
                 f"game {i + 1}/{args.games}: azserve {sides[our_color]}, "
-                f"{r.result} ({r.reason}, {len(r.moves)} moves, {r.seconds:.0f} s{checked}); "
+                f"{result_text(r)} ({r.reason}, {len(r.moves)} moves, {r.seconds:.0f} s{checked}); "
                 f"azserve {wins}/{len(results)}",
                 file=sys.stderr,
                 flush=True,
             )
     finally:
         opponent.close()
-    summary = summarize(results, opponent.name)
+    summary = summarize(results, opponent.name, sides, result_text)
     summary.update(
         checkpoint=str(args.checkpoint),
         game=game.name,
