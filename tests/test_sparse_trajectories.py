@@ -220,7 +220,7 @@ def test_chess_selfplay_and_learner_run_sparse(tmp_path: Path) -> None:
     assert ckpt is not None and load_checkpoint(ckpt).meta.step >= 3
     records = [r for _, r in Journal(run_dir / "journal").read()]
     assert records
-    for msg, obs, policy, outcome, targets in records:
+    for msg, _obs, policy, outcome, targets in records:
         assert msg.sparse is True and isinstance(policy, SparseRows)
         assert policy.problem(len(outcome), A) is None
         counts = policy.counts()
