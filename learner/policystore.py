@@ -4,8 +4,8 @@ a fixed width of sparse entries for a wide game, turned into dense rows when a b
 A chess position's policy has about 30 nonzero entries of 4,672: dense float32 rows are 18.7 KB
 a position (1.9 GB for 100,000 positions), ``SparsePolicies`` of width 256 are 1 KB (int16
 index and float16 weight per entry). A fixed width, not a ragged pool, because a batch is then
-one fancy-indexed read of ``[B, K]`` and one scatter into ``[B, A]`` (no per-row Python, no
-compaction as the ring overwrites); the width costs memory only, and 256 is above chess's most
+one fancy-indexed read of ``[B, K]`` and one scatter of its nonzero entries into ``[B, A]``
+(no per-row Python, no compaction as the ring overwrites); the width costs memory only, and 256 is above chess's most
 legal moves in any position (218), so nothing is cut there. A row with more entries than the
 width keeps its largest ones, rescaled to the row's sum (``replay.policy_width``).
 """
@@ -59,12 +59,14 @@ class SparsePolicies:
         dtype = np.int16 if num_actions < 32767 else np.int32
         self.index = np.full((n, width), num_actions, dtype)
         self.weight = np.zeros((n, width), np.float16)
+        self.count = np.zeros(n, np.int32)
+        """Entries held per row (packed from column 0)."""
         self.cut = 0
         """Rows stored with more entries than ``width`` (their smallest dropped)."""
 
     @property
     def nbytes(self) -> int:
-        return self.index.nbytes + self.weight.nbytes
+        return self.index.nbytes + self.weight.nbytes + self.count.nbytes
 
     def put(self, slots: np.ndarray, policy: Policy) -> np.ndarray:
         """Store ``policy`` ``[t, ...]`` in ``slots``; returns bool ``[t]``: rows not empty."""
@@ -82,6 +84,7 @@ class SparsePolicies:
         weight[which, col] = rows.weight
         self.index[slots] = index
         self.weight[slots] = weight
+        self.count[slots] = counts
         return counts > 0
 
     def _cut(self, rows: SparseRows) -> SparseRows:
@@ -104,12 +107,16 @@ class SparsePolicies:
         return SparseRows(offsets, np.concatenate(parts_i), np.concatenate(parts_w))
 
     def get(self, slots: np.ndarray) -> np.ndarray:
-        """float32 ``[B, A]``: the rows at ``slots`` scattered dense (the padding lands in a
-        column past the last action, cut off)."""
-        b = len(slots)
-        out = np.zeros((b, self.num_actions + 1), np.float32)
-        out[np.arange(b)[:, None], self.index[slots]] = self.weight[slots]
-        return out[:, : self.num_actions]
+        """float32 ``[B, A]``: the rows at ``slots`` scattered dense. Only the entries held are
+        read and written (a chess row has about 30 of its 256), located from ``count``."""
+        counts = self.count[slots]
+        rows = np.repeat(np.arange(len(slots)), counts)
+        starts = np.cumsum(counts) - counts
+        cols = np.arange(len(rows)) - np.repeat(starts, counts)
+        at = slots[rows]
+        out = np.zeros((len(slots), self.num_actions), np.float32)
+        out[rows, self.index[at, cols]] = self.weight[at, cols]
+        return out
 
 
 def make_store(n: int, num_actions: int, width: int) -> DensePolicies | SparsePolicies:
