@@ -288,16 +288,14 @@ class TrajectoryReceiver:
             return f"length {t} < 1"
         if msg.moves and msg.moves < t:
             return f"moves {msg.moves} < length {t}"
-        want = {
-            "obs": (obs, np.uint8, (t, *self.obs_shape)),
-            "outcome": (outcome, np.float32, (t,)),
+        want: dict[str, tuple[Any, Any, tuple[int, ...]]] = {
+            "obs": (obs, np.uint8, (t, *self.obs_shape))
         }
-        if isinstance(policy, SparseRows):
-            why = policy.problem(t, self.num_actions)
-            if why is not None:
-                return f"policy: {why}"
-        else:
+        if not isinstance(policy, SparseRows):
             want["policy"] = (policy, np.float32, (t, self.num_actions))
+        want["outcome"] = (outcome, np.float32, (t,))
+        if isinstance(policy, SparseRows) and (why := policy.problem(t, self.num_actions)):
+            return f"policy: {why}"
         for name, (a, dtype, shape) in want.items():
             if a.dtype != dtype or a.shape != shape:
                 return f"{name} must be {np.dtype(dtype).name}{list(shape)}, got {a.dtype.name}{list(a.shape)}"
