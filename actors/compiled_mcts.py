@@ -148,6 +148,8 @@ class CompiledSearch:
     config: MCTSConfig
     rng: np.random.Generator
     _tree: Any
+    leaf_legal: bool = False
+    """As ``actors.search``'s: ``evaluate(obs, legal)`` with the leaf's legal actions."""
 
     @property
     def tree(self) -> Any:
@@ -182,7 +184,7 @@ class CompiledSearch:
             if self.begin(state):
                 obs = empty(shape, uint8)
                 tree.root_obs(obs)
-                logits, value = await evaluate(obs)
+                logits, value = await self._ask(evaluate, obs, -1)
                 tree.expand_root(logits, value)
                 evaluations += 1
             self.prepare(add_noise, sims)
@@ -202,11 +204,18 @@ class CompiledSearch:
         n = tree.descend(obs)
         step = tree.step
         while n:
-            logits, value = await evaluate(obs)
+            logits, value = await self._ask(evaluate, obs, 0)
             evaluations += 1
             obs = empty(shape, uint8)  # a new array: evaluate may still hold the last one
             n = step(logits, value, obs)
         return evaluations
+
+    def _ask(self, evaluate: Evaluate, obs: np.ndarray, leaf: int) -> Any:
+        """``evaluate`` of pending ``leaf``'s planes (-1: the root's), with its legal actions
+        when ``leaf_legal``."""
+        if self.leaf_legal:
+            return evaluate(obs, np.frombuffer(self._tree.leaf_actions(leaf), np.int16))
+        return evaluate(obs)
 
     def encode_root(self, state: State) -> np.ndarray:
         """The observation of ``state``, the tree's root after a search, encoded in C (the
@@ -265,9 +274,9 @@ class CompiledMCTS(CompiledSearch, PuctMoves):
         n = tree.descend(obs)
         while n:
             if n == 1:
-                results = [await evaluate(obs[0])]
+                results = [await self._ask(evaluate, obs[0], 0)]
             else:
-                results = await asyncio.gather(*[evaluate(obs[i]) for i in range(n)])
+                results = await asyncio.gather(*[self._ask(evaluate, obs[i], i) for i in range(n)])
             tree.finish(results)
             evaluations += n
             obs = np.empty(shape, np.uint8)

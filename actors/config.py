@@ -50,6 +50,10 @@ class ActorsConfig:
     """Send the targets the game can give with each game (``azserve.targets``: final
     ownership and score margin of the games played to their end, the opponent's reply policy).
     ``azserve train`` turns it on when a ``trainer.*_weight`` of a target is above 0."""
+    sparse_policy: Literal["auto", "on", "off"] = "auto"
+    """Send the policy targets (and the ``reply`` target) as their nonzero entries, int16
+    index and float16 weight (``azserve.trajarrays``): ``auto`` for games wider than 512 actions
+    (chess), ``on``, ``off`` (dense float32 rows, as before)."""
     seed: int = 0
     """Base seed; each process and game coroutine derives its own stream."""
     metrics_port: int = 0

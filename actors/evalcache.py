@@ -24,6 +24,7 @@ position without a message, and a position already in flight by joining that eva
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -179,12 +180,14 @@ class EvalCache:
         """``evaluate`` on ``version`` through the cache: one position ``[C,H,W]`` -> an
         awaitable of (logits ``[A]``, value); stacks ``[n,C,H,W]`` pass through uncached.
 
+        With ``legal`` (``cached(obs, legal)``, a sparse search's leaf) a miss is asked for as
+        ``evaluate(obs, version, legal)``, which must answer the dense row (``GameLeaves``).
         A miss hands its caller ``evaluate``'s own future (no second future, no extra turn of
         the event loop before the caller resumes); the answer is stored by a callback that runs
         before the caller's. Callers that join a position in flight get futures of their own."""
         loop = asyncio.get_running_loop()
 
-        def cached(obs: np.ndarray) -> Any:
+        def cached(obs: np.ndarray, legal: np.ndarray | None = None) -> Any:
             if obs.ndim != 3:
                 return evaluate(obs, version)
             kind = self.kind(obs)
@@ -202,6 +205,8 @@ class EvalCache:
                 waiters.append(fut)
                 return fut
             self._inflight[key] = []
+            if legal is not None:  # a sparse evaluation: the dense row it answers is cached
+                return self._ask(functools.partial(_with_legal, evaluate, legal), key, obs)
             return self._ask(evaluate, key, obs)
 
         return cached
@@ -266,6 +271,10 @@ class EvalCache:
             result = (_readonly(logits), float(value))
             for w in waiters:
                 w.set_result(result)
+
+
+def _with_legal(evaluate: Any, legal: np.ndarray, obs: np.ndarray, version: int) -> Any:
+    return evaluate(obs, version, legal)
 
 
 def _rows(logits: np.ndarray) -> np.ndarray:

@@ -146,7 +146,7 @@ class GumbelSearch(GumbelMoves):
         try:
             evaluations = 0
             if root.actions is None:
-                logits, value = await evaluate(game.encode(state))
+                logits, value = await self.ask(evaluate, state)
                 self._expand(root, logits, value)
                 evaluations += 1
             return await self._halve(root, evaluate, add_noise, sims, evaluations)
@@ -214,7 +214,7 @@ class GumbelSearch(GumbelMoves):
                 if game.is_terminal(child.state):
                     child.terminal_value = game.terminal_value(child.state)
                 else:
-                    logits, value = await evaluate(game.encode(child.state))
+                    logits, value = await self.ask(evaluate, child.state)
                     self._expand(child, logits, value)  # type: ignore[arg-type]
                     backup(path, float(value), 0.0)
                     return 1

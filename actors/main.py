@@ -110,6 +110,8 @@ async def run_actors(
         "resent": sent.resent,
         "undelivered": undelivered,
         "cache": selfplay.cache.stats.as_dict() if selfplay.cache is not None else None,
+        # Evaluation messages, and those sent sparse (client.sparse_policy).
+        "evals": {"messages": client.stats.messages, "sparse": client.stats.sparse_messages},
     }
     log.info("%s %s", SUMMARY_TAG, json.dumps(summary))
     return stats

@@ -64,7 +64,7 @@ class MCTS(PuctMoves):
         try:
             evaluations = 0
             if root.actions is None:
-                logits, value = await evaluate(game.encode(state))
+                logits, value = await self.ask(evaluate, state)
                 self._expand(root, logits, value)
                 evaluations += 1
             self._set_root_priors(root, add_noise)
@@ -190,10 +190,10 @@ class MCTS(PuctMoves):
             if not batch:
                 continue
             if len(batch) == 1:
-                results = [await evaluate(game.encode(batch[0][0].state))]
+                results = [await self.ask(evaluate, batch[0][0].state)]
             else:
                 results = await asyncio.gather(
-                    *[evaluate(game.encode(leaf.state)) for leaf, _ in batch]
+                    *[self.ask(evaluate, leaf.state) for leaf, _ in batch]
                 )
             for (leaf, path), (logits, value) in zip(batch, results, strict=True):
                 self._expand(leaf, logits, value)

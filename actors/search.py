@@ -37,8 +37,10 @@ import numpy as np
 if TYPE_CHECKING:
     from actors.games.base import Game, State
 
-Evaluate = Callable[[np.ndarray], Awaitable[tuple[np.ndarray, float]]]
-"""obs uint8 [C, H, W] -> (policy logits float32 [A], value for the side to move at obs)."""
+Evaluate = Callable[..., Awaitable[tuple[np.ndarray, float]]]
+"""obs uint8 [C, H, W] -> (policy logits float32 [A], value for the side to move at obs); a
+search whose ``leaf_legal`` is set calls ``evaluate(obs, legal)`` with the leaf's legal
+actions int [k] (the logits must then be right at those actions at least)."""
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,7 @@ class Search(Protocol):
     game: Game
     config: MCTSConfig
     rng: np.random.Generator
+    leaf_legal: bool
 
     async def search(
         self,
@@ -258,10 +261,22 @@ class Search(Protocol):
 class _Rules:
     """What every search holds (its game, knobs and generator) and the resignation rule."""
 
+    leaf_legal: bool = False
+    """Call ``evaluate(obs, legal)`` with each leaf's legal actions (int ``[k]``, increasing),
+    for an evaluator that asks for those logits only (a sparse evaluation, ``azserve.sparse``;
+    ``actors.selfplay.GameLeaves`` sets it); False: ``evaluate(obs)``."""
+
     def __init__(self, game: Game, config: MCTSConfig, rng: np.random.Generator) -> None:
         self.game = game
         self.config = config
         self.rng = rng
+
+    def ask(self, evaluate: Evaluate, state: State) -> Awaitable[tuple[np.ndarray, float]]:
+        """``evaluate`` of ``state``'s planes, with its legal actions when ``leaf_legal``."""
+        obs = self.game.encode(state)
+        if self.leaf_legal:
+            return evaluate(obs, np.asarray(self.game.legal_actions(state)))  # type: ignore[call-arg]
+        return evaluate(obs)
 
     def sample_resign_allowed(self) -> bool:
         """Draw, once per game, whether it may resign (False for ``no_resign_fraction``)."""

@@ -41,6 +41,7 @@ import numpy as np
 from actors.compiled_mcts import CompiledSearch, step_many
 from actors.evalcache import EvalCache
 from actors.games import State
+from azserve import sparse as _sparse
 from azserve.errors import ComponentFailed
 from azserve.lifecycle import Lifecycle
 
@@ -122,6 +123,10 @@ class SearchPool:
         stats: counts ``evaluations`` and ``simulations`` as leaves are asked for, like the
             per-leaf path (``SelfPlayStats``; None: not counted).
         cache: the process's evaluation cache, or None.
+        sparse: send each leaf's legal actions (``evaluate(stack, version, legal)``, the
+            client's sparse request) and scatter the float16 logits that come back into dense
+            float32 rows (``azserve.sparse.ILLEGAL_LOGIT`` elsewhere) before the trees and the
+            cache see them.
     """
 
     def __init__(
@@ -130,6 +135,7 @@ class SearchPool:
         max_rows: int,
         stats: Any = None,
         cache: EvalCache | None = None,
+        sparse: bool = False,
     ) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
@@ -137,6 +143,7 @@ class SearchPool:
         self.max_rows = max_rows
         self.stats = stats
         self.cache = cache
+        self.sparse = sparse
         self.store = cache.compiled if cache is not None else None
         """The cache's compiled store (``Cache.step``), or None: looked up once, not per round."""
         self._lanes: list[_Lane] = []
@@ -287,7 +294,14 @@ class _Lane:
             stack = np.frombuffer(joined, np.uint8).reshape(len(group), *group[0].obs.shape)
             self._asked(len(group))
             try:
-                sent.append((version, inner, group, stack, pool._evaluate(stack, version)))
+                if pool.sparse:  # each leaf's legal actions, ragged (-1: a root's)
+                    legal = _sparse.ragged(
+                        [j.tree.leaf_actions(-1 if j.root else 0) for j in group]
+                    )
+                    ask = _densify(pool._evaluate(stack, version, legal), legal, group)
+                else:
+                    ask = pool._evaluate(stack, version)
+                sent.append((version, inner, group, stack, ask))
             except Exception as exc:  # noqa: BLE001 - a closed client: its searches fail
                 self._fail(group, exc)
         answers = await asyncio.gather(*(s[4] for s in sent), return_exceptions=True)
@@ -417,6 +431,15 @@ def _well_formed(logits: Any, values: Any, group: list[_Job]) -> bool:
         and values.shape == (len(group),)
         and values.dtype in _FLOATS
     )
+
+
+async def _densify(answer: Any, legal: tuple[np.ndarray, np.ndarray], group: list[_Job]) -> Any:
+    """A sparse reply (logits float16 ``[k]``, values ``[n]``) as dense float32 rows."""
+    logits, values = await answer
+    if len(logits) != len(legal[1]):
+        raise ValueError(f"a sparse reply of {len(logits)} logits for {len(legal[1])} actions")
+    width = group[0].search.game.num_actions
+    return _sparse.scatter(*legal, logits, width, _sparse.ILLEGAL_LOGIT), values
 
 
 def _join(groups: dict[int, tuple[list[_Job], list[_Job]]], job: _Job) -> None:

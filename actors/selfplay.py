@@ -26,9 +26,12 @@ from actors.searches import make_search
 from actors.searchpool import SearchPool
 from actors.sinks import TrajectorySink
 from azserve import protocol as P
+from azserve import sparse
 from azserve.client import EvalClient
 from azserve.errors import RemoteError, RequestTimeout, ServerClosed, VersionUnavailable
 from azserve.metrics import RateMeter
+from azserve.sparse import SparseRows
+from azserve.trajarrays import Policy
 
 log = logging.getLogger("actors.selfplay")
 
@@ -61,18 +64,19 @@ class SelfPlayStats:
 
 @dataclass
 class FinishedGame:
-    """One game's training data. obs uint8 ``[T,C,H,W]``, policy float32 ``[T,A]``, outcome
-    float32 ``[T]`` (final result from the side to move at each position)."""
+    """One game's training data. obs uint8 ``[T,C,H,W]``, policy float32 ``[T,A]`` (or its
+    nonzero entries, ``SparseRows``), outcome float32 ``[T]`` (final result from the side to
+    move at each position)."""
 
     obs: np.ndarray
-    policy: np.ndarray
+    policy: Policy
     outcome: np.ndarray
     version: int
     result: float
     resigned: bool
     moves: int
     """Moves played; ``len(outcome)`` of them were recorded."""
-    targets: dict[str, np.ndarray] = field(default_factory=dict)
+    targets: dict[str, Policy] = field(default_factory=dict)
     """The game's targets by name (``azserve.targets``), in their order; empty unless asked."""
 
 
@@ -88,9 +92,12 @@ class GameLeaves:
     """One game's route to its leaf evaluations, on the version pinned at its start: a search
     the process's ``SearchPool`` can drive goes there (its leaves batched with other games'),
     any other is awaited leaf by leaf through the evaluation cache and the client. ``asked``
-    counts the leaves this game's current search asked for, on either route."""
+    counts the leaves this game's current search asked for, on either route. With sparse
+    replies (``client.sparse_policy``) a search hands each leaf's legal actions and its
+    float16 logits come back scattered into a dense float32 row (``sparse.ILLEGAL_LOGIT``
+    elsewhere), below the cache, so every search and the cache see dense rows as before."""
 
-    __slots__ = ("_ask", "_one", "_pool", "_stats", "asked", "version")
+    __slots__ = ("_ask", "_one", "_pool", "_stats", "asked", "sparse", "version")
 
     def __init__(
         self,
@@ -100,19 +107,22 @@ class GameLeaves:
         stats: SelfPlayStats,
         cache: EvalCache | None,
         pool: SearchPool | None,
+        sparse_replies: bool = False,
     ) -> None:
         self.version = version
-        self._ask = (
-            cache.evaluator(client.evaluate, version)
+        self.sparse = sparse_replies
+        ask: Any = _dense_evaluate(client, game.num_actions) if self.sparse else client.evaluate
+        self._ask: Any = (
+            cache.evaluator(ask, version)
             if cache is not None
-            else lambda obs: client.evaluate(obs, version)  # binds the pin
+            else lambda obs, *legal: ask(obs, version, *legal)  # binds the pin
         )
         self._one = len(game.obs_shape)
         self._pool = pool
         self._stats = stats
         self.asked = 0
 
-    def evaluate(self, obs: np.ndarray) -> Any:
+    def evaluate(self, obs: np.ndarray, legal: np.ndarray | None = None) -> Any:
         """One leaf (or a stack of them). Counted as the leaves are asked for, so that the
         status line's rates are steady: the games start together, and counts at the end of
         each search came in bursts of every game's search at once."""
@@ -120,13 +130,28 @@ class GameLeaves:
         self.asked += n
         self._stats.evaluations += n
         self._stats.simulations += n
-        return self._ask(obs)
+        return self._ask(obs) if legal is None else self._ask(obs, legal)
 
     def search(self, search: Search, state: State, add_noise: bool, sims: int) -> Any:
         """An awaitable of ``search``'s result from ``state``, on this game's version."""
         if self._pool is not None and SearchPool.supports(search):
             return self._pool.search(search, state, self.version, add_noise, sims, self)
+        search.leaf_legal = self.sparse
         return search.search(state, self.evaluate, add_noise, sims)
+
+
+def _dense_evaluate(client: EvalClient, num_actions: int) -> Any:
+    """``evaluate(obs, version, legal)``: one leaf asked for sparse, answered as a dense
+    float32 row ``[num_actions]`` (``ILLEGAL_LOGIT`` off ``legal``) and its value."""
+    fill = sparse.ILLEGAL_LOGIT
+
+    async def evaluate(obs: np.ndarray, version: int, legal: np.ndarray) -> Any:
+        logits, value = await client.evaluate(obs, version, legal)
+        row = np.full(num_actions, fill, np.float32)
+        row[legal] = logits
+        return row, value
+
+    return evaluate
 
 
 async def search_on_version(
@@ -173,12 +198,15 @@ async def play_game(
     cache: EvalCache | None = None,
     pool: SearchPool | None = None,
     targets: bool = False,
+    sparse_replies: bool = False,
+    sparse_targets: bool = False,
 ) -> FinishedGame:
     """Play one game against itself on the version pinned at its start, through the
     process's evaluation ``cache`` if any, its compiled searches driven by the process's
     ``pool`` if any (the same results either way). Raises ``GameAbandoned`` when its version
     cannot be served (see ``search_on_version``). With ``targets``, the game's targets come
-    with it (``game_targets``).
+    with it (``game_targets``); with ``sparse_targets`` its policies (and reply) are
+    ``SparseRows``; with ``sparse_replies`` its leaves are evaluated sparse (``GameLeaves``).
 
     Playout cap randomization: each move gets the full search (``num_simulations``, recorded)
     with probability ``full_search_fraction``, else a fast one (``fast_simulations``, played
@@ -187,7 +215,7 @@ async def play_game(
     mcts = make_search(game, mcts_cfg, rng)
     capped = mcts_cfg.full_search_fraction < 1.0
     with client.pin_latest() as version:
-        leaves = GameLeaves(game, client, version, stats, cache, pool)
+        leaves = GameLeaves(game, client, version, stats, cache, pool, sparse_replies)
         state = game.initial_state()
         obs, policies, movers = [], [], []
         replies: list[np.ndarray | None] = []  # the next recorded move's target, per position
@@ -241,15 +269,20 @@ async def play_game(
         stats.no_resign_games += 1
         loser = 0 if first_result < 0 else 1 if first_result > 0 else None
         stats.false_resign += would_resign is not None and would_resign != loser
+    policy = np.stack(policies) if policies else np.zeros((0, game.num_actions), np.float32)
+    extra = game_targets(game, state, movers_a, replies, resigner is None) if targets else {}
     return FinishedGame(
         obs=np.stack(obs) if obs else np.zeros((0, *game.obs_shape), np.uint8),
-        policy=np.stack(policies) if policies else np.zeros((0, game.num_actions), np.float32),
+        policy=SparseRows.from_dense(policy) if sparse_targets else policy,
         outcome=outcome,
         version=version,
         result=first_result,
         resigned=resigner is not None,
         moves=move,
-        targets=game_targets(game, state, movers_a, replies, resigner is None) if targets else {},
+        targets={
+            k: SparseRows.from_dense(v) if sparse_targets and k == "reply" else v
+            for k, v in extra.items()
+        },
     )
 
 
@@ -281,8 +314,9 @@ def game_targets(
 
 def to_message(
     g: FinishedGame, actor: str, game_id: int, game_name: str
-) -> tuple[P.Trajectory, list[np.ndarray]]:
-    """A finished game as its wire message and arrays."""
+) -> tuple[P.Trajectory, list[Any]]:
+    """A finished game as its wire message and what a sink's ``send`` takes after it (obs,
+    policy, outcome, the targets; ``azserve.trajarrays.flatten`` makes the wire's arrays)."""
     msg = P.Trajectory(
         actor=actor,
         game_id=game_id,
@@ -295,6 +329,8 @@ def to_message(
     )
     if g.targets:
         msg.targets = list(g.targets)
+    if isinstance(g.policy, SparseRows):
+        msg.sparse = True
     return msg, [g.obs, g.policy, g.outcome, *g.targets.values()]
 
 
@@ -319,6 +355,7 @@ class SelfPlay:
         self.stats = SelfPlayStats()
         self.cache = EvalCache(int(cfg.cache_mb * 2**20)) if cfg.cache_mb > 0 else None
         self.pool: SearchPool | None = None  # made in run(): it needs the running loop
+        self._sparse_replies = sparse.wanted(client.cfg.sparse_policy, self.game.num_actions)
         self._next_game_id = 0
         self._done = asyncio.Event()
 
@@ -326,7 +363,11 @@ class SelfPlay:
         """Play until ``stop`` is set or the game budget is spent; games in progress then end."""
         if self.cfg.search_pool:
             self.pool = SearchPool(
-                self.client.evaluate_rows, self.client.cfg.max_rows, self.stats, self.cache
+                self.client.evaluate_rows,
+                self.client.cfg.max_rows,
+                self.stats,
+                self.cache,
+                self._sparse_replies,
             )
         workers = [
             asyncio.create_task(self._worker(i), name=f"game-{i}") for i in range(self.cfg.games)
@@ -373,6 +414,8 @@ class SelfPlay:
                     self.cache,
                     self.pool,
                     self.cfg.targets,
+                    self._sparse_replies,
+                    sparse.wanted(self.cfg.sparse_policy, self.game.num_actions),
                 )
             except GameAbandoned as exc:
                 if not self.client.lifecycle.running:

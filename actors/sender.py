@@ -28,6 +28,7 @@ from actors.sinks import BaseSink, SinkStats
 from azserve.auth import AuthConfig, client_auth, client_keys
 from azserve.errors import ConfigError, ProtocolError
 from azserve.protocol import ErrorReply, Trajectory, TrajectoryAck, decode, encode
+from azserve.trajarrays import Policy, flatten
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +99,9 @@ class TrajectorySender(BaseSink):
         self,
         traj: Trajectory,
         obs: np.ndarray,
-        policy: np.ndarray,
+        policy: Policy,
         outcome: np.ndarray,
-        *targets: np.ndarray,
+        *targets: Policy,
     ) -> None:
         # Waits while the outbox is full; ``traj.id`` is replaced by the sender's message id.
         if len(self._pending) >= self.cfg.max_outbox:
@@ -110,7 +111,9 @@ class TrajectorySender(BaseSink):
                 )
             self._check_send(traj, obs, policy, outcome, *targets)
         seq = next(self._ids)
-        frames = encode(msgspec.structs.replace(traj, id=seq), [obs, policy, outcome, *targets])
+        frames = encode(
+            msgspec.structs.replace(traj, id=seq), flatten(obs, policy, outcome, targets)
+        )
         self._pending[seq] = _Entry(frames=[bytes(f) for f in frames])
         self._unsent.append(seq)
         self._idle.clear()

@@ -15,7 +15,9 @@ import numpy as np
 from azserve.errors import ProtocolError, ServerClosed
 from azserve.lifecycle import Lifecycle, State
 from azserve.protocol import Trajectory
+from azserve.sparse import SparseRows
 from azserve.targets import check_targets
+from azserve.trajarrays import Policy, is_sparse
 from azserve.trajfile import open_for_append, read_trajectory_file, write_record
 
 
@@ -50,9 +52,9 @@ class TrajectorySink(Protocol):
         self,
         traj: Trajectory,
         obs: np.ndarray,
-        policy: np.ndarray,
+        policy: Policy,
         outcome: np.ndarray,
-        *targets: np.ndarray,
+        *targets: Policy,
     ) -> None:
         """Hand over one finished game: obs ``[T,C,H,W]`` uint8, policy ``[T,A]`` float32,
         outcome ``[T]`` float32, with ``traj.length == T``, then the arrays of the targets
@@ -84,25 +86,29 @@ class BaseSink:
         self,
         traj: Trajectory,
         obs: np.ndarray,
-        policy: np.ndarray,
+        policy: Policy,
         outcome: np.ndarray,
-        *targets: np.ndarray,
+        *targets: Policy,
     ) -> None:
         self.lifecycle.check_running(ServerClosed)
         t = traj.length
+        sparse = isinstance(policy, SparseRows)
         if (
             obs.ndim != 4
             or len(obs) != t
-            or policy.ndim != 2
+            or (isinstance(policy, np.ndarray) and policy.ndim != 2)
             or len(policy) != t
             or outcome.shape != (t,)
+            or sparse != is_sparse(traj)
         ):
             raise ValueError(
-                f"trajectory length {t} does not match obs {list(obs.shape)}, "
-                f"policy {list(policy.shape)}, outcome {list(outcome.shape)}"
+                f"trajectory length {t} (sparse {is_sparse(traj)}) does not match obs "
+                f"{list(obs.shape)}, policy {_shape(policy)}, outcome {list(outcome.shape)}"
             )
         names = traj.targets or []
-        problem = check_targets(names, targets, t, obs.shape[1:], policy.shape[1])
+        # A sparse game's width is the receiver's to check (it knows the game).
+        width = policy.shape[1] if isinstance(policy, np.ndarray) else np.iinfo(np.int32).max
+        problem = check_targets(names, targets, t, obs.shape[1:], width)
         if problem is not None:
             raise ValueError(f"trajectory {traj.game_id}: {problem}")
 
@@ -110,9 +116,9 @@ class BaseSink:
         self,
         traj: Trajectory,
         obs: np.ndarray,
-        policy: np.ndarray,
+        policy: Policy,
         outcome: np.ndarray,
-        *targets: np.ndarray,
+        *targets: Policy,
     ) -> None:
         """See ``TrajectorySink.send``. Raises ``ServerClosed`` unless started and not closing."""
         self._check_send(traj, obs, policy, outcome, *targets)
@@ -124,9 +130,9 @@ class BaseSink:
         self,
         traj: Trajectory,
         obs: np.ndarray,
-        policy: np.ndarray,
+        policy: Policy,
         outcome: np.ndarray,
-        *targets: np.ndarray,
+        *targets: Policy,
     ) -> None:
         self._acked += 1  # a local sink has stored it
 
@@ -144,6 +150,10 @@ class BaseSink:
         self.lifecycle.begin_close()
         self.lifecycle.closed()
         return 0
+
+
+def _shape(policy: Policy) -> str:
+    return f"sparse [{len(policy)}]" if isinstance(policy, SparseRows) else str(list(policy.shape))
 
 
 class NullSink(BaseSink):
@@ -171,9 +181,9 @@ class FileSink(BaseSink):
         self,
         traj: Trajectory,
         obs: np.ndarray,
-        policy: np.ndarray,
+        policy: Policy,
         outcome: np.ndarray,
-        *targets: np.ndarray,
+        *targets: Policy,
     ) -> None:
         assert self._file is not None
         write_record(self._file, traj, obs, policy, outcome, *targets)

@@ -30,6 +30,7 @@ import zmq
 import zmq.asyncio
 
 from azserve import protocol as P
+from azserve import sparse
 from azserve.auth import AuthConfig, connect_dealer
 from azserve.batching import TickCoalescer
 from azserve.errors import ConfigError, RequestTimeout, ServerClosed, remote_error
@@ -58,6 +59,10 @@ class ClientConfig:
     """Ping period; also renews version pins."""
     lease_s: float = 5.0
     """How long the server keeps this client's pins without a heartbeat."""
+    sparse_policy: sparse.SparsePolicy = "auto"
+    """Ask for the legal moves' logits only, float16 (``azserve.sparse``): ``auto`` for games
+    wider than 512 actions (chess), ``on``, ``off`` (dense float32 rows, as before). The actors
+    and the search pool decide by it; a request is sparse when it carries legal actions."""
     catch_up_s: float = 30.0
     """When the server restarts on a version older than the newest this client has seen, new
     games keep starting on that newest one (they wait, as for a lost version, while the
@@ -65,8 +70,12 @@ class ClientConfig:
     taken (a server replaced by one with other weights). 0: take the server's at once."""
 
 
-_Leaf = tuple[np.ndarray, "asyncio.Future[Any]", bool]
-"""(obs, future, single): one ``evaluate`` call waiting for this tick's flush."""
+_Leaf = tuple[np.ndarray, "asyncio.Future[Any]", bool, Any]
+"""(obs, future, single, legal actions or None): one ``evaluate`` call waiting for this tick's
+flush."""
+
+Legal = tuple[np.ndarray, np.ndarray]
+"""A stack's legal actions, ragged: offsets int32 ``[n + 1]``, actions ``[k]`` (azserve.sparse)."""
 
 
 @dataclass
@@ -76,6 +85,7 @@ class _InFlight:
     sent_at: float
     first_sent: float
     attempts: int = 1
+    offsets: np.ndarray | None = None  # a sparse request's: splits the reply's logits into rows
 
 
 @dataclass
@@ -88,6 +98,8 @@ class ClientStats:
     resent: int = 0
     errors: int = 0
     server_restarts: int = 0
+    sparse_messages: int = 0
+    """Evaluations sent sparse (legal actions in, float16 logits back)."""
     rtt_ms: list[float] = field(default_factory=list)
 
 
@@ -111,8 +123,8 @@ class EvalClient:
         self._ids = itertools.count(1)
         # Leaves of this tick, by (version, position shape, dtype): only alike arrays share a
         # message, so one caller's malformed input cannot break its neighbours' requests.
-        self._tick: TickCoalescer[tuple[int, tuple[int, ...], np.dtype], _Leaf] = TickCoalescer(
-            self._flush
+        self._tick: TickCoalescer[tuple[int, tuple[int, ...], np.dtype, bool], _Leaf] = (
+            TickCoalescer(self._flush)
         )
         self._inflight: dict[int, _InFlight] = {}
         self._control: dict[int, asyncio.Future[Any]] = {}
@@ -186,7 +198,7 @@ class EvalClient:
 
     def _fail_all(self, err: BaseException) -> None:
         """Fail every pending future with ``err`` (close, or an owner task died)."""
-        for _, fut, _ in self._tick.drain():
+        for _, fut, _, _ in self._tick.drain():
             _fail(fut, err)
         for inf in self._inflight.values():
             for fut, _, _ in inf.futures:
@@ -198,29 +210,40 @@ class EvalClient:
 
     # --- evaluation ----------------------------------------------------------------------------
 
-    def evaluate(self, obs: np.ndarray, version: int = -1) -> asyncio.Future[tuple[Any, Any]]:
+    def evaluate(
+        self, obs: np.ndarray, version: int = -1, legal: np.ndarray | None = None
+    ) -> asyncio.Future[tuple[Any, Any]]:
         """Evaluate one position ``[C,H,W]`` -> (logits ``[A]``, value float), or a stack
         ``[n,C,H,W]`` -> (logits ``[n,A]``, values ``[n]``), on weights ``version`` (-1 = latest).
-        Returns an awaitable future; the work leaves in this tick's coalesced message."""
+        With ``legal`` (one position's legal actions, int ``[k]``) the request is sparse and
+        the logits are float16 ``[k]``, aligned with ``legal``. Returns an awaitable future;
+        the work leaves in this tick's coalesced message."""
         if self.lifecycle.state is not State.RUNNING:
             self.lifecycle.check_running(ServerClosed)
         ndim = obs.ndim
-        if ndim != 3 and ndim != 4:
-            raise ValueError(f"obs must be [C,H,W] or [n,C,H,W], got shape {list(obs.shape)}")
+        if ndim != 3 and (ndim != 4 or legal is not None):
+            raise ValueError(
+                f"obs must be [C,H,W] or [n,C,H,W] ([C,H,W] with legal), got shape "
+                f"{list(obs.shape)}"
+            )
         assert self._loop is not None
         fut: asyncio.Future[Any] = self._loop.create_future()
         # The key holds the dtype itself: ``dtype.str`` would build a string per call.
         shape = obs.shape
         self._tick.add(
-            (version, shape if ndim == 3 else shape[1:], obs.dtype), (obs, fut, ndim == 3)
+            (version, shape if ndim == 3 else shape[1:], obs.dtype, legal is not None),
+            (obs, fut, ndim == 3, legal),
         )
         return fut
 
-    def evaluate_rows(self, obs: np.ndarray, version: int = -1) -> asyncio.Future[Any]:
+    def evaluate_rows(
+        self, obs: np.ndarray, version: int = -1, legal: Legal | None = None
+    ) -> asyncio.Future[Any]:
         """A stack ``[n,C,H,W]`` its caller has batched already (a search pool's lane, at most
         ``max_rows``), sent now as a message of its own, not regrouped with this tick's leaves:
         its buffer is framed as it is (the client copies none of its rows; do not write to it
-        until the future is done). -> (logits ``[n,A]``, values ``[n]``)."""
+        until the future is done). -> (logits ``[n,A]``, values ``[n]``); with ``legal``
+        (offsets, actions), sparse: (logits float16 ``[k]`` aligned with the actions, values)."""
         if self.lifecycle.state is not State.RUNNING:
             self.lifecycle.check_running(ServerClosed)
         n = obs.shape[0] if obs.ndim == 4 else 0
@@ -231,14 +254,16 @@ class EvalClient:
             )
         assert self._loop is not None
         fut: asyncio.Future[Any] = self._loop.create_future()
-        self._send_request(version, obs, [(fut, 0, n)], time.monotonic())
+        self._send_request(version, obs, [(fut, 0, n)], time.monotonic(), legal)
         return fut
 
-    def _flush(self, pending: dict[tuple[int, tuple[int, ...], np.dtype], list[_Leaf]]) -> None:
+    def _flush(
+        self, pending: dict[tuple[int, tuple[int, ...], np.dtype, bool], list[_Leaf]]
+    ) -> None:
         """Send everything queued this tick: one message per version (and position shape and
         dtype), split at ``max_rows``."""
         now = time.monotonic()
-        for (version, _, _), items in pending.items():
+        for (version, _, _, _), items in pending.items():
             chunk: list[_Leaf] = []
             rows = 0
             for item in items:
@@ -254,7 +279,7 @@ class EvalClient:
     def _send_chunk(self, version: int, chunk: list[_Leaf], now: float) -> None:
         futures = []
         row = 0
-        for o, fut, single in chunk:
+        for o, fut, single, _ in chunk:
             n = 1 if single else o.shape[0]
             futures.append((fut, row, -1 if single else n))
             row += n
@@ -262,11 +287,12 @@ class EvalClient:
         try:
             # One copy of every leaf's bytes, no per-leaf arrays: the leaves share dtype and
             # position shape (the coalescer's key), so their buffers concatenate.
-            joined = b"".join([o for o, _, _ in chunk])  # type: ignore[misc]
+            joined = b"".join([o for o, _, _, _ in chunk])  # type: ignore[misc]
             obs = np.frombuffer(joined, first.dtype).reshape(row, *first.shape[-3:])
         except (BufferError, TypeError):  # a caller's array that is not C-contiguous
-            obs = np.concatenate([o[None] if single else o for o, _, single in chunk])
-        self._send_request(version, obs, futures, now)
+            obs = np.concatenate([o[None] if single else o for o, _, single, _ in chunk])
+        legal = sparse.ragged([x[3] for x in chunk]) if chunk[0][3] is not None else None
+        self._send_request(version, obs, futures, now, legal)
 
     def _send_request(
         self,
@@ -274,10 +300,14 @@ class EvalClient:
         obs: np.ndarray,
         futures: list[tuple[asyncio.Future[Any], int, int]],
         now: float,
+        legal: Legal | None = None,
     ) -> None:
         rid = next(self._ids)
-        frames = P.encode(P.EvalRequest(id=rid, model=self.cfg.model, version=version), [obs])
-        self._inflight[rid] = _InFlight(frames, futures, now, now)
+        arrays = [obs] if legal is None else [obs, *legal]
+        frames = P.encode(P.EvalRequest(id=rid, model=self.cfg.model, version=version), arrays)
+        offsets = None if legal is None else legal[0]
+        self.stats.sparse_messages += legal is not None
+        self._inflight[rid] = _InFlight(frames, futures, now, now, offsets=offsets)
         self.stats.messages += 1
         self.stats.rows += obs.shape[0]
         self._send_frames(frames)
@@ -384,7 +414,17 @@ class EvalClient:
             if len(inf.futures) == 1 and inf.futures[0][2] > 0:  # one stack (evaluate_rows)
                 fut, row, n = inf.futures[0]
                 if not fut.done():
-                    fut.set_result((logits[row : row + n], value[row : row + n]))
+                    if inf.offsets is not None:  # sparse: the caller holds the offsets
+                        fut.set_result((logits, value))
+                    else:
+                        fut.set_result((logits[row : row + n], value[row : row + n]))
+                return
+            if inf.offsets is not None:  # sparse single leaves: row i's logits, float16 [k]
+                o = inf.offsets.tolist()
+                values = value.tolist()
+                for fut, row, _ in inf.futures:
+                    if not fut.done():
+                        fut.set_result((logits[o[row] : o[row + 1]], values[row]))
                 return
             rows = list(logits)  # row views, made in one C loop
             values = value.tolist()  # the same floats as float(value[row]), made at once

@@ -64,7 +64,9 @@ class Message(msgspec.Struct, tag_field="op", kw_only=True):
 
 
 class EvalRequest(Message, tag="eval", kw_only=True):
-    """Evaluate positions. arrays: ``[obs [rows, C, H, W] uint8 (or float32)]``.
+    """Evaluate positions. arrays: ``[obs [rows, C, H, W] uint8 (or float32)]``, or sparse
+    ``[obs, offsets int32 [rows + 1], actions int16|int32 [n]]``: each row's legal actions,
+    ragged (``azserve.sparse``), whose logits alone come back.
 
     ``version`` is the pinned weights version, or -1 for the latest.
     """
@@ -114,7 +116,9 @@ class PinUpdate(Message, tag="pin", kw_only=True):
 
 class Trajectory(Message, tag="traj", kw_only=True):
     """A finished game. arrays: ``[obs [T,C,H,W] uint8, policy [T,A] float32, outcome [T] float32]``
-    followed by one array per name in ``targets`` (``azserve.targets``).
+    followed by one array per name in ``targets`` (``azserve.targets``); with ``sparse``, the
+    policy (and a ``reply`` target) is three arrays, ``offsets int32 [T+1], index int16 [n],
+    weight float16 [n]`` (``azserve.trajarrays``).
 
     ``outcome[t]`` is the final result from the side to move at position t (+1 win, 0 draw, -1 loss).
     """
@@ -134,13 +138,18 @@ class Trajectory(Message, tag="traj", kw_only=True):
     """Names of the target arrays after the first three (``azserve.targets``: ``ownership``,
     ``score``, ``reply``, in that order). Unset, the key is not sent at all: a trajectory
     without targets has the bytes it had before they existed."""
+    sparse: bool | msgspec.UnsetType = msgspec.UNSET
+    """The policies are sparse rows (a wide game's: ``azserve.sparse.SparseRows``). Unset
+    (dense), the key is not sent: a dense trajectory has the bytes it had before."""
 
 
 # --- replies (server -> client) --------------------------------------------------------------
 
 
 class EvalReply(Message, tag="result", kw_only=True):
-    """Evaluation results. arrays: ``[logits [rows, A] float32, value [rows] float32]``."""
+    """Evaluation results. arrays: ``[logits [rows, A] float32, value [rows] float32]``; to a
+    sparse request ``[logits float16 [n], value [rows] float32]``, ``logits[j]`` the logit of
+    the request's ``actions[j]`` (its ``offsets`` split them into rows)."""
 
     version: int
     latest: int

@@ -12,7 +12,8 @@ that order (a trajectory without targets is exactly what it was before they exis
   with komi; Othello: disc difference). Carried with ``ownership``.
 - ``reply`` float32 ``[T, A]``: the opponent's reply policy, the search policy of the next
   position; a row of zeros where there is none (the last move, or a next move that was not
-  recorded).
+  recorded). In a sparse trajectory (``azserve.trajarrays``) ``SparseRows`` like its policy,
+  an empty row where there is none.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
+from azserve.sparse import SparseRows
 
 TARGETS = ("ownership", "score", "reply")
 """Every target name, in the order a trajectory lists the ones it carries."""
@@ -44,7 +47,7 @@ def target_spec(
 
 def check_targets(
     names: Sequence[str],
-    arrays: Sequence[np.ndarray],
+    arrays: Sequence[np.ndarray | SparseRows],
     t: int,
     obs_shape: Sequence[int],
     num_actions: int,
@@ -58,6 +61,11 @@ def check_targets(
     if len(arrays) != len(names):
         return f"targets {list(names)} need {len(names)} arrays, got {len(arrays)}"
     for name, a in zip(names, arrays):
+        if isinstance(a, SparseRows):
+            why = a.problem(t, num_actions) if name == "reply" else "is not a policy"
+            if why is not None:
+                return f"target {name}: {why}"
+            continue
         dtype, shape = target_spec(name, t, obs_shape, num_actions)
         if a.dtype != dtype or a.shape != shape:
             return f"target {name} must be {dtype.name}{list(shape)}, got {a.dtype.name}{list(a.shape)}"

@@ -2,7 +2,9 @@
 ``protocol.encode``-d ``Trajectory``: u32 frame count, and per frame a u64 length and the
 frame's bytes (all little-endian). Written by the actors' ``FileSink`` and the learner's
 journal; a truncated last record (a writer killed mid-append) is ignored on reading. A
-trajectory's targets (``azserve.targets``) are frames of its record like its other arrays."""
+trajectory's targets (``azserve.targets``) are frames of its record like its other arrays, and
+a sparse one's policies are its three arrays each (``azserve.trajarrays``): files written
+before sparse policies existed read as they did."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import numpy as np
 
 from azserve.errors import ProtocolError
 from azserve.protocol import Trajectory, decode, encode
+from azserve.trajarrays import Policy, flatten, split
 
 FILE_MAGIC = b"AZTRAJ\x00\x01"
 """First 8 bytes of a trajectory file."""
@@ -41,22 +44,22 @@ def write_record(
     f: BinaryIO,
     traj: Trajectory,
     obs: np.ndarray,
-    policy: np.ndarray,
+    policy: Policy,
     outcome: np.ndarray,
-    *targets: np.ndarray,
+    *targets: Policy,
 ) -> None:
-    """Append one trajectory: obs ``[T,C,H,W]`` uint8, policy ``[T,A]``, outcome ``[T]``,
-    then the arrays of the targets ``traj.targets`` names."""
-    frames = encode(traj, [obs, policy, outcome, *targets])
+    """Append one trajectory: obs ``[T,C,H,W]`` uint8, policy ``[T,A]`` (or sparse rows),
+    outcome ``[T]``, then the targets ``traj.targets`` names."""
+    frames = encode(traj, flatten(obs, policy, outcome, targets))
     parts: list[bytes | memoryview] = [struct.pack("<I", len(frames))]
     for frame in frames:
         parts += [struct.pack("<Q", len(frame)), frame]
     f.write(b"".join(parts))
 
 
-Record = tuple[Trajectory, np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]
-"""(msg, obs ``[T,C,H,W]`` uint8, policy ``[T,A]`` float32, outcome ``[T]`` float32, the
-targets ``msg.targets`` names, by name: empty without)."""
+Record = tuple[Trajectory, np.ndarray, Policy, np.ndarray, dict[str, Policy]]
+"""(msg, obs ``[T,C,H,W]`` uint8, policy ``[T,A]`` float32 or ``SparseRows``, outcome ``[T]``
+float32, the targets ``msg.targets`` names, by name: empty without)."""
 
 
 def read_trajectory_file(path: str | os.PathLike[str]) -> Iterator[Record]:
@@ -80,7 +83,10 @@ def read_trajectory_file(path: str | os.PathLike[str]) -> Iterator[Record]:
                     return
                 frames.append(frame)
             msg, arrays = decode(frames)
-            names = (msg.targets or []) if isinstance(msg, Trajectory) else []
-            if not isinstance(msg, Trajectory) or len(arrays) != 3 + len(names):
+            if not isinstance(msg, Trajectory):
                 raise ProtocolError(f"{path}: record is not a trajectory")
-            yield msg, arrays[0], arrays[1], arrays[2], dict(zip(names, arrays[3:]))
+            try:
+                obs, policy, outcome, targets = split(msg, arrays)
+            except ProtocolError as exc:
+                raise ProtocolError(f"{path}: record is not a trajectory: {exc}") from None
+            yield msg, obs, policy, outcome, dict(zip(msg.targets or [], targets))

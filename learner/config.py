@@ -26,8 +26,15 @@ class ReplayConfig:
     """Fresh positions needed before the first batch may be sampled."""
     seed: int = 0
     """Seed of the replay's own generator, used when ``sample`` is given none."""
+    policy_width: int = -1
+    """How policies are kept (``learner.policystore``): -1 = auto, sparse entries (256 per
+    position) for a game of more than 512 actions (chess) and dense rows otherwise; 0 = dense
+    float32 rows; K > 0 = K entries per position (int16 index, float16 weight; a position with
+    more keeps its K largest)."""
 
     def __post_init__(self) -> None:
+        if self.policy_width < -1:
+            raise ConfigError(f"replay.policy_width: must be >= -1, got {self.policy_width}")
         if self.capacity < 1:
             raise ConfigError(f"replay.capacity: must be >= 1, got {self.capacity}")
         if self.max_policy_lag < 0:

@@ -33,6 +33,7 @@ import numpy as np
 
 from azserve.errors import ProtocolError
 from azserve.protocol import Trajectory
+from azserve.trajarrays import Policy
 from azserve.trajfile import Record, open_for_append, read_trajectory_file, write_record
 
 log = logging.getLogger("learner.journal")
@@ -98,11 +99,11 @@ class Journal:
         self,
         traj: Trajectory,
         obs: np.ndarray,
-        policy: np.ndarray,
+        policy: Policy,
         outcome: np.ndarray,
-        *targets: np.ndarray,
+        *targets: Policy,
     ) -> None:
-        """Write one trajectory and flush it to the kernel (before the learner acks it).
+        """Write one trajectory (a sparse one's policies as ``SparseRows``) and flush it to the kernel (before the learner acks it).
         Raises ``OSError`` when the disk is full: the trajectory is then not acked."""
         if self._file is None:  # the last append failed: its torn record ends that segment
             self._open_next()

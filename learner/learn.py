@@ -35,6 +35,7 @@ from learner.checkpoint import (
 from learner.config import LearnerSettings
 from learner.distributed import PING, STEP, STOP, RankGroup
 from learner.journal import Journal
+from learner.policystore import Policy
 from learner.prom import learner_registry
 from learner.publisher import Publisher
 from learner.receiver import DuplicateFilter, TrajectoryReceiver
@@ -208,9 +209,9 @@ class Learner:
         self,
         msg: Any,
         obs: np.ndarray,
-        policy: np.ndarray,
+        policy: Policy,
         outcome: np.ndarray,
-        *targets: np.ndarray,
+        *targets: Policy,
     ) -> None:
         self.journal.append(msg, obs, policy, outcome, *targets)  # OSError: not acked
         self._sync_journal()

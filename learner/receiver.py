@@ -33,12 +33,15 @@ from azserve.protocol import (
     encode,
     request_id_of,
 )
+from azserve.sparse import SparseRows
 from azserve.targets import check_targets
+from azserve.trajarrays import Policy, split
 from learner.config import LearnerConfig
 
 OnTrajectory = Callable[..., None]
 """``on_trajectory(msg, obs [T,C,H,W] uint8, policy [T,A] float32, outcome [T] float32,
-*targets)`` (the arrays of the targets ``msg.targets`` names, ``azserve.targets``).
+*targets)`` (the targets ``msg.targets`` names, ``azserve.targets``; a sparse trajectory's
+policy and reply as ``azserve.sparse.SparseRows``, ``azserve.trajarrays``).
 Called once per accepted trajectory, before the ack; the arrays are read-only and stay valid.
 ``OSError`` means "cannot store it now" (a full disk): the sender gets ``StorageUnavailable``
 instead of an ack and sends it again later. Any other exception is a learner bug, not bad
@@ -238,7 +241,11 @@ class TrajectoryReceiver:
             return self._error(request_id_of(body[0]), str(exc))
         if not isinstance(msg, Trajectory):
             return self._error(msg.id, f"expected a 'traj' message, got {type(msg).__name__}")
-        problem = self._check(msg, arrays)
+        try:
+            obs, policy, outcome, targets = split(msg, arrays)
+        except ProtocolError as exc:
+            return self._error(msg.id, f"trajectory {msg.actor}/{msg.game_id}: {exc}")
+        problem = self._check(msg, obs, policy, outcome, targets)
         if problem is not None:
             return self._error(msg.id, f"trajectory {msg.actor}/{msg.game_id}: {problem}")
         key = (msg.actor, msg.game_id)
@@ -246,7 +253,7 @@ class TrajectoryReceiver:
             self._duplicates += 1
             return TrajectoryAck(id=msg.id, game_id=msg.game_id, duplicate=True)
         try:
-            self._on_trajectory(msg, *arrays)
+            self._on_trajectory(msg, obs, policy, outcome, *targets)
         except OSError as exc:  # the learner cannot store it now (disk full): no ack
             self._unstored += 1
             return ErrorReply(id=msg.id, type="StorageUnavailable", message=str(exc))
@@ -260,7 +267,14 @@ class TrajectoryReceiver:
         self._rejected += 1
         return ErrorReply(id=request_id, type="BadRequest", message=message)
 
-    def _check(self, msg: Trajectory, arrays: list[np.ndarray]) -> str | None:
+    def _check(
+        self,
+        msg: Trajectory,
+        obs: np.ndarray,
+        policy: Policy,
+        outcome: np.ndarray,
+        targets: list[Policy],
+    ) -> str | None:
         """Why the trajectory cannot be stored, or None when it is fine."""
         if msg.proto != PROTOCOL_VERSION:
             return f"protocol version {msg.proto} is not {PROTOCOL_VERSION}"
@@ -269,28 +283,27 @@ class TrajectoryReceiver:
         if msg.version < 0:
             return f"negative version {msg.version}"
         names = msg.targets or []
-        if len(arrays) != 3 + len(names):
-            return (
-                f"expected {3 + len(names)} arrays (obs, policy, outcome, then the targets "
-                f"{list(names)}), got {len(arrays)}"
-            )
-        obs, policy, outcome = arrays[:3]
         t = msg.length
         if t < 1:
             return f"length {t} < 1"
         if msg.moves and msg.moves < t:
             return f"moves {msg.moves} < length {t}"
-        want = {
-            "obs": (obs, np.uint8, (t, *self.obs_shape)),
-            "policy": (policy, np.float32, (t, self.num_actions)),
-            "outcome": (outcome, np.float32, (t,)),
+        want: dict[str, tuple[Any, Any, tuple[int, ...]]] = {
+            "obs": (obs, np.uint8, (t, *self.obs_shape))
         }
+        if not isinstance(policy, SparseRows):
+            want["policy"] = (policy, np.float32, (t, self.num_actions))
+        want["outcome"] = (outcome, np.float32, (t,))
+        if isinstance(policy, SparseRows) and (why := policy.problem(t, self.num_actions)):
+            return f"policy: {why}"
         for name, (a, dtype, shape) in want.items():
             if a.dtype != dtype or a.shape != shape:
                 return f"{name} must be {np.dtype(dtype).name}{list(shape)}, got {a.dtype.name}{list(a.shape)}"
         # NaN or out-of-range targets would silently poison training: refuse them here.
-        if not (np.isfinite(policy).all() and (policy >= 0).all()):
+        if not isinstance(policy, SparseRows) and not (
+            np.isfinite(policy).all() and (policy >= 0).all()
+        ):
             return "policy has negative or non-finite entries"
         if not (np.isfinite(outcome).all() and (np.abs(outcome) <= 1).all()):
             return "outcome outside [-1, 1]"
-        return check_targets(names, arrays[3:], t, self.obs_shape, self.num_actions)
+        return check_targets(names, targets, t, self.obs_shape, self.num_actions)

@@ -1,6 +1,7 @@
 """Replay: a ring buffer of training positions with a freshness bound and a rate limiter.
 
-Pure and I/O-free. Positions are kept in preallocated numpy arrays; a position whose policy
+Pure and I/O-free. Positions are kept in preallocated numpy arrays (policies dense, or as
+sparse entries for a wide game: ``learner.policystore``, densified per batch); a position whose policy
 version lags the learner's current version by more than ``max_policy_lag`` is never sampled
 again. The rate limiter holds samples-trained / samples-inserted near ``reuse_target`` by making
 training wait for fresh data; inserting never blocks.
@@ -17,6 +18,7 @@ import numpy as np
 from azserve.metrics import WindowRate
 from azserve.targets import target_spec
 from learner.config import ReplayConfig
+from learner.policystore import Policy, make_store
 
 
 @dataclass(frozen=True)
@@ -101,17 +103,21 @@ class Replay:
         self._clock = clock
         self.rng = np.random.default_rng(cfg.seed)
         self._obs = np.zeros((n, *self.obs_shape), np.uint8)
-        self._policy = np.zeros((n, num_actions), np.float32)
+        self._policy = make_store(n, num_actions, cfg.policy_width)
         self._outcome = np.zeros(n, np.float32)
         self._version = np.zeros(n, np.int64)
         self._time = np.zeros(n, np.float64)
         self._fresh = np.zeros(n, bool)
         self._targets: dict[str, np.ndarray] = {}
         self._has: dict[str, np.ndarray] = {}
+        self._reply = None
         for name in targets:
+            self._has[name] = np.zeros(n, bool)
+            if name == "reply":  # a policy: kept as the policies are
+                self._reply = make_store(n, num_actions, cfg.policy_width)
+                continue
             dtype, shape = target_spec(name, n, self.obs_shape, num_actions)
             self._targets[name] = np.zeros(shape, dtype)
-            self._has[name] = np.zeros(n, bool)
         self._head = 0  # next slot to write
         self._written = 0  # slots [0, written) have been written at least once
         self._size = 0  # fresh slots
@@ -132,15 +138,21 @@ class Replay:
     def current_version(self) -> int:
         return self._current_version
 
+    @property
+    def policy_bytes(self) -> int:
+        """Memory of the policies held (and of the ``reply`` target's, if kept)."""
+        return self._policy.nbytes + (self._reply.nbytes if self._reply is not None else 0)
+
     def insert(
         self,
         obs: np.ndarray,
-        policy: np.ndarray,
+        policy: Policy,
         outcome: np.ndarray,
         version: int,
-        targets: Mapping[str, np.ndarray] | None = None,
+        targets: Mapping[str, Policy] | None = None,
     ) -> int:
-        """Insert one trajectory: obs ``[T,C,H,W]`` uint8, policy ``[T,A]``, outcome ``[T]``,
+        """Insert one trajectory: obs ``[T,C,H,W]`` uint8, policy ``[T,A]`` (or sparse rows,
+        ``azserve.sparse.SparseRows``, as is the ``reply`` target of a sparse one), outcome ``[T]``,
         all played by weights ``version``, and its ``targets`` by name (checked by the
         receiver; a kept target it lacks is masked off for these positions). Returns the
         positions stored (0 when the trajectory is already too stale; only the last
@@ -151,8 +163,11 @@ class Replay:
             raise ValueError(
                 f"obs must be uint8 {[t, *self.obs_shape]}, got {obs.dtype}{list(obs.shape)}"
             )
-        if policy.shape != (t, self.num_actions):
-            raise ValueError(f"policy must be {[t, self.num_actions]}, got {list(policy.shape)}")
+        if len(policy) != t or (
+            isinstance(policy, np.ndarray) and policy.shape != (t, self.num_actions)
+        ):
+            shape = list(policy.shape) if isinstance(policy, np.ndarray) else [len(policy)]
+            raise ValueError(f"policy must be {[t, self.num_actions]}, got {shape}")
         if outcome.ndim != 1:
             raise ValueError(f"outcome must be [T], got {list(outcome.shape)}")
         if self._current_version - version > self.cfg.max_policy_lag:
@@ -162,26 +177,29 @@ class Replay:
         if t > self.cfg.capacity:
             obs, policy, outcome = (
                 obs[-self.cfg.capacity :],
-                policy[-self.cfg.capacity :],
+                _tail(policy, self.cfg.capacity),
                 outcome[-self.cfg.capacity :],
             )
-            targets = {k: v[-self.cfg.capacity :] for k, v in targets.items()}
+            targets = {k: _tail(v, self.cfg.capacity) for k, v in targets.items()}
             t = self.cfg.capacity
         idx = (self._head + np.arange(t)) % self.cfg.capacity
         replaced = int(np.count_nonzero(self._fresh[idx]))
         self._overwritten += replaced
         self._obs[idx] = obs
-        self._policy[idx] = policy
+        self._policy.put(idx, policy)
         self._outcome[idx] = outcome
         self._version[idx] = version
-        for name, store in self._targets.items():
+        for name, has in self._has.items():
             got = targets.get(name)
             if got is None:
-                self._has[name][idx] = False
-                continue
-            store[idx] = got
-            # A reply row of zeros is "no reply" (the last move, or one not recorded).
-            self._has[name][idx] = got.reshape(t, -1).any(axis=1) if name == "reply" else True
+                has[idx] = False
+            elif name == "reply":
+                assert self._reply is not None
+                # An empty reply row is "no reply" (the last move, or one not recorded).
+                has[idx] = self._reply.put(idx, got)
+            else:
+                self._targets[name][idx] = got
+                has[idx] = True
         now = self._clock()
         self._time[idx] = now
         self._fresh[idx] = True
@@ -233,12 +251,15 @@ class Replay:
         idx = self._draw(batch_size, rng if rng is not None else self.rng)
         self._credit -= batch_size
         self._samples.add(batch_size, self._clock())
+        targets = {k: v[idx] for k, v in self._targets.items()}
+        if self._reply is not None:
+            targets["reply"] = self._reply.get(idx)
         return Batch(
             obs=self._obs[idx],
-            policy=self._policy[idx],
+            policy=self._policy.get(idx),
             outcome=self._outcome[idx],
             version=self._version[idx],
-            targets={k: v[idx] for k, v in self._targets.items()},
+            targets={k: targets[k] for k in self._has},
             target_mask={k: v[idx] for k, v in self._has.items()},
         )
 
@@ -277,3 +298,11 @@ class Replay:
             mean_lag=float(lags.mean()) if len(lags) else 0.0,
             mean_age_s=float(now - self._time[fresh].mean()) if len(lags) else 0.0,
         )
+
+
+def _tail(p: Policy | np.ndarray, n: int) -> Policy | np.ndarray:
+    """The last ``n`` rows of an array or of sparse rows."""
+    if isinstance(p, np.ndarray):
+        return p[-n:]
+    o = p.offsets[-n - 1 :]
+    return type(p)(o - o[0], p.index[o[0] :], p.weight[o[0] :])

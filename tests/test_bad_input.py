@@ -128,6 +128,17 @@ def spec(dtype: str, shape: list[int]) -> list[dict[str, Any]]:
     return [{"dtype": dtype, "shape": shape}]
 
 
+def _sparse(
+    rid: int, offsets: list[int], actions: list[int], offsets_dtype: str = "int32"
+) -> list[bytes]:
+    """A sparse eval of ``OBS`` (2 rows) with these legal actions (docs/protocol.md)."""
+    o, a = np.array(offsets, offsets_dtype), np.array(actions, np.int16)
+    arrays = (
+        spec("uint8", list(OBS.shape)) + spec(offsets_dtype, [len(o)]) + spec("int16", [len(a)])
+    )
+    return [pack(eval_header(rid, OBS, arrays=arrays)), OBS.tobytes(), o.tobytes(), a.tobytes()]
+
+
 # (frames, error type, id echoed, part of the message)
 EVAL_CASES: dict[str, tuple[list[bytes], str, int | None, str]] = {
     "no-array-frame": ([pack(eval_header(1, OBS))], "BadRequest", 1, "but 0 followed"),
@@ -199,7 +210,31 @@ EVAL_CASES: dict[str, tuple[list[bytes], str, int | None, str]] = {
         ],
         "BadRequest",
         12,
-        "exactly 1 array",
+        "takes 1 array (obs) or 3",
+    ),
+    "sparse-offsets-not-monotone": (
+        _sparse(13, [0, 2, 1], [1, 2]),
+        "BadLegal",
+        13,
+        "offsets not monotone: offsets[2] = 1 < offsets[1] = 2",
+    ),
+    "sparse-action-out-of-range": (
+        _sparse(14, [0, 1, 2], [1, 9]),
+        "BadLegal",
+        14,
+        "actions[1] = 9 is out of range 0..8",
+    ),
+    "sparse-counts-not-matching": (
+        _sparse(15, [0, 1, 3], [1, 2]),
+        "BadLegal",
+        15,
+        "offsets[-1] = 3 does not match the 2 actions",
+    ),
+    "sparse-offsets-int64": (
+        _sparse(16, [0, 1, 2], [1, 2], offsets_dtype="int64"),
+        "BadLegal",
+        16,
+        "offsets dtype int64 must be int32",
     ),
     "unknown-model": (
         [pack(eval_header(13, OBS, model="chess")), OBS.tobytes()],

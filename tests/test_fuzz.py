@@ -274,6 +274,7 @@ REPLY_TYPES = {
     "BadDtype",
     "TooManyRows",
     "BadValue",
+    "BadLegal",
     "Overloaded",
     "VersionUnavailable",
     "BadWeights",

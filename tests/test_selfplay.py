@@ -50,9 +50,11 @@ class CheckingClient(EvalClient):
         self.served: dict[int, int] = {}
         self.mismatches: list[tuple[int, int]] = []
 
-    def _send_request(self, version: int, obs: Any, futures: Any, now: float) -> None:
+    def _send_request(
+        self, version: int, obs: Any, futures: Any, now: float, legal: Any = None
+    ) -> None:
         self.requested[self._peek_id()] = version
-        super()._send_request(version, obs, futures, now)
+        super()._send_request(version, obs, futures, now, legal)
 
     def _peek_id(self) -> int:
         # The next id _send_request will take: itertools.count has no peek, so advance and

@@ -19,6 +19,7 @@ from actors.sender import TrajectorySender
 from actors.sinks import FileSink, NullSink, read_trajectory_file
 from azserve.errors import ProtocolError, ServerClosed
 from azserve.protocol import ErrorReply, EvalRequest, Trajectory, TrajectoryAck, decode, encode
+from azserve.sparse import SparseRows
 from learner.config import LearnerConfig
 from learner.receiver import DuplicateFilter, TrajectoryReceiver
 
@@ -158,6 +159,32 @@ def bad_messages() -> list[tuple[int | None, list[bytes | memoryview], str]]:
     m, o, p, z = traj(3)
     m.id, m.moves = 16, 2
     out.append((16, encode(m, [o, p, z]), "moves 2 < length 3"))
+    # Sparse policies (azserve/trajarrays.py): offsets, index, weight in the policy's place.
+    m, o, p, z = traj(4)
+    m.sparse = True
+    rows = SparseRows.from_dense(p)
+    m.id = 17
+    out.append((17, encode(m, [o, *rows.arrays()]), "expected 5 arrays (obs, offsets, index"))
+    m.id = 18
+    bad_index = rows.index.copy()
+    bad_index[4] = A
+    out.append(
+        (
+            18,
+            encode(m, [o, rows.offsets, bad_index, rows.weight, z]),
+            "index[4] = 9 is out of range",
+        )
+    )
+    m.id = 19
+    out.append(
+        (19, encode(m, [o, rows.offsets, rows.index, -rows.weight, z]), "weight has negative")
+    )
+    m.id = 20
+    short = rows.offsets.copy()
+    short[-1] -= 1
+    out.append(
+        (20, encode(m, [o, short, rows.index, rows.weight, z]), "offsets[-1] = 26 does not match")
+    )
     return out
 
 
@@ -183,6 +210,24 @@ async def test_malformed_input_gets_error_replies_and_the_receiver_keeps_serving
         await good.aclose()
         assert rx.stats().rejected == len(cases)
     assert learner.got == [("actor-1", 1, 0)]
+
+
+async def test_sparse_trajectory_is_delivered_as_sparse_rows(
+    ctx: zmq.asyncio.Context, endpoint: str
+) -> None:
+    learner = Learner()
+    async with receiver(ctx, endpoint, learner) as rx:
+        tx = sender(ctx, rx.endpoint)
+        await tx.start()
+        msg, obs, policy, outcome = traj(6)
+        msg.sparse = True
+        await tx.send(msg, obs, SparseRows.from_dense(policy), outcome)
+        await until(lambda: tx.stats().acked == 1)
+        await tx.aclose()
+        assert rx.stats().rejected == 0
+    _, got, _ = learner.arrays[("actor-1", 6)]
+    assert isinstance(got, SparseRows)
+    np.testing.assert_allclose(got.dense(A), policy, rtol=1e-3)
 
 
 async def test_rejected_trajectory_is_dropped_not_resent(

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from azserve import sparse
 from azserve.backends import make_backend
 from azserve.backends.base import BackendConfig
 from azserve.backends.torch_backend import TorchBackend
@@ -362,3 +363,21 @@ async def test_inference_server_on_triton_matches_torch_server(
         np.testing.assert_allclose(gv, wv, atol=ATOL, rtol=0)
     status = await clients[0].status()
     assert status["errors"] == 0
+
+
+async def test_inference_server_on_triton_answers_sparse_requests(
+    triton_server: TritonProcess, make_server: MakeServer, make_client: MakeClient
+) -> None:
+    """A sparse eval through a Triton-backed server: the legal logits of the dense row Triton
+    computed, gathered after the model, float16 (docs/protocol.md, "Sparse requests")."""
+    on_triton = await make_server(backend=backend_config(triton_server, "sparse"))
+    client = await make_client(on_triton.endpoint)
+    obs = server_positions(16, seed=6)
+    dense, values = await client.evaluate(obs, 0)
+    legal = [np.flatnonzero(np.random.default_rng(i).random(9) < 0.5) for i in range(16)]
+    offsets, actions = sparse.ragged(legal)
+    flat, vals = await client.evaluate_rows(obs, 0, (offsets, actions))
+    assert flat.dtype == np.float16 and len(flat) == len(actions)
+    want = dense[sparse.rows_of(offsets), actions]
+    np.testing.assert_allclose(flat, want, rtol=1e-3, atol=1e-3)
+    np.testing.assert_array_equal(vals, values)

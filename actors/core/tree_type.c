@@ -273,6 +273,17 @@ static PyObject *Tree_step(Tree *t, PyObject *const *args, Py_ssize_t nargs) {
     return PyLong_FromLong(n);
 }
 
+/* leaf_actions(b) -> bytes: the legal actions (uint16, increasing) of pending leaf b, or of
+ * the root for b = -1: what a sparse evaluation asks the server for (azserve/sparse.py). */
+static PyObject *Tree_leaf_actions(Tree *t, PyObject *arg) {
+    long b = PyLong_AsLong(arg);
+    if (b == -1 && PyErr_Occurred()) return NULL;
+    const Node *n = b == -1 ? t->root : (b >= 0 && b < t->nbatch ? t->leaves[b] : NULL);
+    if (!n) return PyErr_Format(PyExc_IndexError, "leaf %ld: %d leaves pending%s", b, t->nbatch,
+                                t->root ? "" : ", no root");
+    return PyBytes_FromStringAndSize((const char *)n->actions, (Py_ssize_t)n->k * 2);
+}
+
 /* finish(results): expand and back up each pending leaf from its (logits, value), in order. */
 static PyObject *Tree_finish(Tree *t, PyObject *results) {
     PyObject *seq = PySequence_Fast(results, "results must be a sequence");
@@ -365,6 +376,8 @@ static PyMethodDef Tree_methods[] = {
     {"step", (PyCFunction)(void (*)(void))Tree_step, METH_FASTCALL,
      "step(logits, value, out) -> new leaves in out (width 1)."},
     {"finish", (PyCFunction)Tree_finish, METH_O, "finish([(logits, value), ...])."},
+    {"leaf_actions", (PyCFunction)Tree_leaf_actions, METH_O,
+     "leaf_actions(b) -> uint16 bytes: the legal actions of pending leaf b (-1: the root)."},
     {"root_result", (PyCFunction)Tree_root_result, METH_VARARGS,
      "root_result(visits, prior) -> root value."},
     {"advance", (PyCFunction)Tree_advance, METH_VARARGS, "advance(action, reuse)."},

@@ -93,6 +93,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "replay.reuse_target": (1e-6, INF),
     "replay.min_size": (0, 1 << 32),
     "replay.seed": SEED,
+    "replay.policy_width": (-1, 1 << 16),
     "trainer.batch_size": (1, 1 << 20),
     "trainer.lr": (1e-12, INF),
     "trainer.momentum": (0.0, 1.0),

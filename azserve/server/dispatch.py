@@ -22,6 +22,7 @@ import zmq
 import zmq.asyncio
 
 from azserve import protocol as P
+from azserve import sparse
 from azserve.auth import AuthConfig, Gate, peer_key, server_auth
 from azserve.backends.base import Backend
 from azserve.errors import AzserveError, ConfigError, RemoteError, WeightsError
@@ -293,8 +294,11 @@ class InferenceServer:
 
     def _on_eval(self, envelope: list[bytes], msg: P.EvalRequest, arrays: list[np.ndarray]) -> None:
         self._check_model(msg.model)
-        if len(arrays) != 1:
-            raise RemoteError("BadRequest", f"eval takes exactly 1 array (obs), got {len(arrays)}")
+        if len(arrays) not in (1, 3):
+            raise RemoteError(
+                "BadRequest",
+                f"eval takes 1 array (obs) or 3 (obs, offsets, actions), got {len(arrays)}",
+            )
         obs = arrays[0]
         want = self.spec.obs_shape
         if obs.ndim != 4 or tuple(obs.shape[1:]) != want:
@@ -314,10 +318,17 @@ class InferenceServer:
             raise RemoteError("BadValue", f"uint8 obs must be 0 or 1, got {int(obs.max())}")
         if obs.dtype == np.float32 and not np.isfinite(obs).all():
             raise RemoteError("BadValue", "float32 obs must be finite (NaN or inf received)")
+        legal = None
+        if len(arrays) == 3:  # sparse: only these logits come back (azserve/sparse.py)
+            offsets, actions = arrays[1], arrays[2]
+            why = sparse.check(offsets, actions, rows, self.spec.num_actions)
+            if why is not None:
+                raise RemoteError("BadLegal", why)
+            legal = (offsets, actions)
         if not self.lifecycle.running:
             raise RemoteError("ServerClosed", "server is shutting down")
         version = self.residency.resolve(msg.version)
-        self.scheduler.submit(envelope, msg.id, version, obs)
+        self.scheduler.submit(envelope, msg.id, version, obs, legal)
 
     # --- auth ----------------------------------------------------------------------------------
 

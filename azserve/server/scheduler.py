@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from azserve import protocol as P
+from azserve import sparse
 from azserve.backends.base import Backend
 from azserve.batching import BatchQueue
 from azserve.errors import Overloaded, RemoteError, RequestTimeout, ServerClosed
@@ -38,12 +39,14 @@ Fail = Callable[[list[bytes], "int | None", str, str], None]
 
 @dataclass
 class Pending:
-    """One eval request waiting in a queue: obs ``[rows, C, H, W]``."""
+    """One eval request waiting in a queue: obs ``[rows, C, H, W]``; ``legal`` (offsets
+    ``[rows + 1]``, actions ``[n]``) for a sparse request, answered with those logits only."""
 
     envelope: list[bytes]
     id: int | None
     obs: np.ndarray
     t_recv: float
+    legal: tuple[np.ndarray, np.ndarray] | None = None
 
 
 class Scheduler:
@@ -80,8 +83,16 @@ class Scheduler:
 
     # --- queueing --------------------------------------------------------------------------
 
-    def submit(self, envelope: list[bytes], rid: int | None, version: int, obs: np.ndarray) -> None:
-        """Queue a checked request for ``version``; ``Overloaded`` when the queues are full."""
+    def submit(
+        self,
+        envelope: list[bytes],
+        rid: int | None,
+        version: int,
+        obs: np.ndarray,
+        legal: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        """Queue a checked request for ``version`` (``legal``: a sparse one's checked offsets
+        and actions); ``Overloaded`` when the queues are full."""
         rows = obs.shape[0]
         if self.queued_rows + rows > self.cfg.max_queued_rows:
             raise Overloaded(
@@ -93,7 +104,7 @@ class Scheduler:
             q = self._queues[version] = BatchQueue(
                 self.cfg.max_batch_size, self.cfg.max_queue_delay_us
             )
-        q.put(Pending(envelope, rid, obs, now), rows, now)
+        q.put(Pending(envelope, rid, obs, now, legal), rows, now)
         self.queued_rows += rows
         self._arrived.set()
 
@@ -212,10 +223,13 @@ class Scheduler:
         off = 0
         for p in items:
             n = p.obs.shape[0]
+            rows_l = logits[off : off + n]
+            if p.legal is not None:  # sparse: the legal logits only, float16, ragged
+                rows_l = sparse.gather(rows_l, *p.legal)
             self._reply(
                 p.envelope,
                 P.EvalReply(id=p.id, version=version, latest=latest),
-                (logits[off : off + n], value[off : off + n]),
+                (rows_l, value[off : off + n]),
             )
             off += n
             self.metrics.latency.observe((t_done - p.t_recv) * 1e3)

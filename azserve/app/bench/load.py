@@ -9,7 +9,8 @@ times (monotonic seconds) of every call that finished inside the window, and an 
 Targets:
 - ``azserve``: one position per ``EvalClient.evaluate`` call, as a game's leaf is; the client
   coalesces everything pending in one loop tick into one message, so C coroutines cost one
-  message per tick, not C.
+  message per tick, not C. With ``--legal K`` each call is sparse (``azserve.sparse``): K
+  random legal actions of ``--num-actions`` go with it and only their logits come back.
 - ``triton``: one gRPC request of ``--rows`` positions per call through tritonclient's asyncio
   client (``--rows 1``: Triton fed one position per request).
 
@@ -101,10 +102,24 @@ class _AzserveTarget:
             server=args.endpoint, model=args.model, max_rows=args.max_rows, request_timeout_s=60.0
         )
         self.client = EvalClient(cfg)
+        self.legal = args.legal
+        self.num_actions = args.num_actions
 
     async def start(self) -> Call:
         await self.client.start(timeout_s=60.0)
-        return self.client.evaluate
+        if not self.legal:
+            return self.client.evaluate
+        rng = np.random.default_rng(0)
+        pool = [
+            np.sort(rng.choice(self.num_actions, self.legal, replace=False)) for _ in range(997)
+        ]
+        turn = iter(range(1 << 62))
+        evaluate = self.client.evaluate
+
+        def call(obs: np.ndarray) -> Any:
+            return evaluate(obs, -1, pool[next(turn) % 997])
+
+        return call
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -176,6 +191,8 @@ def worker_argv(
     rows: int = 1,
     max_rows: int = 256,
     input_name: str = "obs",
+    legal: int = 0,
+    num_actions: int = 0,
 ) -> list[str]:
     """The command line of load worker ``index``."""
     return python_argv(
@@ -200,6 +217,10 @@ def worker_argv(
         str(max_rows),
         "--input-name",
         input_name,
+        "--legal",
+        str(legal),
+        "--num-actions",
+        str(num_actions),
     )
 
 
@@ -263,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, default=1, help="positions per call")
     ap.add_argument("--max-rows", type=int, default=256, help="azserve: client.max_rows")
     ap.add_argument("--input-name", default="obs", help="triton: input tensor name")
+    ap.add_argument("--legal", type=int, default=0, help="azserve: legal actions per sparse call")
+    ap.add_argument("--num-actions", type=int, default=0, help="azserve: the game's actions")
     ap.add_argument("--go-timeout", type=float, default=300.0)
     args = ap.parse_args(argv)
     import uvloop

@@ -5,7 +5,8 @@ One run, in order, on one machine:
 1. the server (``azserve serve`` in a child process, or ``--server`` to target a running one)
    under P load processes x C coroutines, each coroutine sending one synthetic position per
    ``EvalClient.evaluate`` call; the server's status at both ends of the window gives its rows/s,
-   batch-size histogram and busy time, the callers give latency;
+   batch-size histogram and busy time, the callers give latency; a game wider than
+   ``client.sparse_policy`` allows is loaded sparse (``SPARSE_LEGAL`` legal actions a call);
 2. with ``--sweep``, the same for other client counts, ``max_batch_size`` and
    ``max_queue_delay_us`` (one factor at a time around the config's values);
 3. the model alone (``azserve.app.bench.model``, its own process, same backend settings and
@@ -35,6 +36,11 @@ from azserve.app.bench.common import (
 from azserve.app.bench.load import run_load, worker_argv
 from azserve.app.bench.model import ModelProbe
 from azserve.app.bench.peers import run_peers
+from azserve.sparse import wanted
+
+SPARSE_LEGAL = 30
+"""Legal actions per position of a sparse load (``client.sparse_policy``): a chess position's
+usual count."""
 
 
 def warmup_for(duration: float) -> float:
@@ -61,6 +67,7 @@ def measure_point(
         server.start()
         cfg, endpoint = server.cfg, server.endpoint
     model = cfg.server.model
+    legal = SPARSE_LEGAL if wanted(cfg.client.sparse_policy, cfg.net.num_actions) else 0
     try:
         if before_load is not None:
             before_load()
@@ -74,6 +81,8 @@ def measure_point(
                 coroutines,
                 cfg.net.obs_shape,
                 max_rows=cfg.client.max_rows,
+                legal=legal,
+                num_actions=cfg.net.num_actions,
             )
             for i in range(args.processes)
         ]
@@ -91,6 +100,7 @@ def measure_point(
     win = ServerWindow.between(*run.status)
     point: dict[str, Any] = {
         "clients": args.processes * coroutines,
+        "sparse_legal": legal,
         "max_batch_size": cfg.server.max_batch_size,
         "max_queue_delay_us": cfg.server.max_queue_delay_us,
         "positions_per_s": round(len(run.samples.t_done) / run.seconds, 1),
