@@ -17,9 +17,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from azserve.app.ladder import RANDOM, Entrant, candidate_pairs, checkpoints_of, next_pair
+from actors.games import make_game
+from azserve.app.agent import agent_from_checkpoint
+from azserve.app.ladder import (
+    RANDOM,
+    Entrant,
+    candidate_pairs,
+    checkpoints_of,
+    next_pair,
+    referee_game,
+    run_ladder,
+)
 from azserve.app.ladder_store import Store, game_seed, pair_of, results_of
+from azserve.app.players import AgentPlayer, RandomPlayer
 from azserve.app.ratings import Rating, Result, expected_score, fit
+from azserve.app.referee import play_game
 from azserve.app.schema import load_config, to_dict
 from azserve.errors import AzserveError
 from learner.checkpoint import save_checkpoint
@@ -167,12 +179,14 @@ def test_the_store_cuts_a_torn_line_refuses_gaps_and_a_second_writer(tmp_path: P
         Store(path)
 
 
-def tiny_run(directory: Path, steps: tuple[int, ...]) -> Path:
+def tiny_run(
+    directory: Path, steps: tuple[int, ...], config: str = "go9", more: tuple[str, ...] = ()
+) -> Path:
     """A run directory of tiny random-weights Go 9x9 checkpoints (1 block, 8 channels) with
     metrics rows placing each step in time."""
     cfg = load_config(
-        REPO / "configs" / "go9.toml",
-        ["net.blocks=1", "net.channels=8", "eval.sims=2", "backend.compile=none"],
+        REPO / "configs" / f"{config}.toml",
+        ["net.blocks=1", "net.channels=8", "eval.sims=2", "backend.compile=none", *more],
     )
     t0 = 1_700_000_000.0
     rows = []
@@ -194,6 +208,31 @@ def test_checkpoints_know_their_place_in_the_run(tmp_path: Path) -> None:
     assert [e.positions for e in got] == [10_000, 30_000, 50_000]
     with pytest.raises(AzserveError, match="no checkpoint"):
         checkpoints_of(tmp_path, "empty")
+
+
+def test_another_encoding_of_the_same_rules_meets_in_one_ladder(tmp_path: Path) -> None:
+    """A go9 run and a go9-features run (11 input planes, pooled blocks, extra heads) on one
+    ladder: Go 9x9 referees, and each net follows the game in its own states (the features
+    net's last-move and ko planes from the moves it was told). Games of other rules refuse."""
+    plain = tiny_run(tmp_path / "plain", (10,))
+    feats = tiny_run(tmp_path / "feats", (10,), "go9-features-targets",
+                     ("net.global_pool_every=1", "net.global_pool_channels=4"))  # fmt: skip
+    report = run_ladder([str(plain), str(feats)], [], tmp_path / "ladder", games=2, sims=2,
+                        progress=None)  # fmt: skip
+    games = lines(tmp_path / "ladder" / "games.jsonl")
+    assert report.played == 2 and {g["game"] for g in games} == {"go9"}
+    assert {tuple(sorted(g["pair"])) for g in games} == {("feats@10", "plain@10")}
+    assert all(g["reason"] in ("score", "resign") for g in games), games  # no forfeit
+
+    _, agent = agent_from_checkpoint(str(next((feats / "checkpoints").glob("*.safetensors"))))
+    go9 = make_game("go9")
+    me, other = AgentPlayer(agent, 2, 2, seed=1), RandomPlayer(seed=2)
+    r = play_game(go9, me, other)
+    assert r.reason == "score" and len(r.moves) > 20
+    own = agent.game.from_moves(r.moves)  # the features net's own state, from every move
+    assert me._own == own and own.board == go9.from_moves(r.moves).board
+    with pytest.raises(AzserveError, match="the runs play different games: go9 .*, connect4"):
+        referee_game({"go9": "plain@10", "connect4": "c4@10"})
 
 
 def lines(path: Path) -> list[dict[str, object]]:

@@ -40,6 +40,13 @@ class Game(abc.ABC):
     """A: size of the action space (policy vectors are ``float32 [A]``)."""
     obs_shape: tuple[int, int, int]
     """(C, H, W) of ``encode``'s uint8 planes."""
+    @property
+    def rules(self) -> str:
+        """The built-in game whose rules this one plays: its own name, but for a game that only
+        encodes the same rules otherwise (``go9-features`` plays ``go9``). Players of games
+        with the same rules can meet (``azserve ladder``, ``match --opponent checkpoint:``)."""
+        return self.name
+
     sides: tuple[str, str] = ("black", "white")
     """What the game's own records call player 0 (who moves first) and player 1: chess
     ``("white", "black")``. ``azserve match`` names colours and its summary keys by them."""

@@ -52,6 +52,10 @@ class GoFeatures(Go):
         self.core_params = (size, komi, 1.0)
         self._start = GoFeatureState(bytes(self.cells), 0, 0, 0, frozenset(), -1, ())  # type: ignore[assignment]
 
+    @property
+    def rules(self) -> str:
+        return f"go{self.size}"
+
     def apply(self, s: GoFeatureState, a: int) -> GoFeatureState:  # type: ignore[override]
         after = super().apply(s, a)  # type: ignore[arg-type]
         ko = -1

@@ -248,7 +248,8 @@ def agent_from_checkpoint(
     game: str | None = None,  # type: ignore[assignment]
 ) -> tuple[Config, Agent]:
     """(Config, Agent) for a checkpoint. A learner checkpoint carries its config; plain weights
-    need ``config_path`` or ``game`` (then the shipped config of that game is used)."""
+    need ``config_path`` or ``game`` (then the shipped config of that game is used). The
+    agent plays the checkpoint's own game, which may encode ``game``'s rules otherwise."""
     if not Path(path).is_file():  # else the fallback below would blame a missing config
         raise WeightsError(f"checkpoint not found: {path}")
     try:
@@ -262,7 +263,8 @@ def agent_from_checkpoint(
         cfg = load_config(config_path or resolve_config(str(game)), list(overrides))
     else:
         cfg = from_dict(Config, apply_overrides(data, list(overrides)), "")
-    if game is not None and game != cfg.game:
+    if game is not None and game != cfg.game and make_game(game).rules != make_game(cfg.game).rules:
+        # Another encoding of the same rules (go9-features for go9) plays the same games.
         raise ConfigError(f"--game {game}: the checkpoint plays {cfg.game}")
     state = load_weights_file(path)
     return cfg, Agent(make_game(cfg.game), cfg.net, state, analysis_mcts(cfg), backend=cfg.backend)

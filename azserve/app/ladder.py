@@ -222,6 +222,7 @@ class Roster:
         self._engines: dict[str, Player] = {}
 
     def agent(self, path: str) -> Any:
+        from actors.games import make_game
         from azserve.app.agent import Agent, agent_from_checkpoint, analysis_mcts
         from azserve.model.weights import load_weights_file
 
@@ -230,8 +231,8 @@ class Roster:
             if cfg is None:
                 _, agent = agent_from_checkpoint(path, None, (), self.game.name)
             else:
-                agent = Agent(self.game, cfg.net, load_weights_file(path), analysis_mcts(cfg),
-                              backend=cfg.backend)  # fmt: skip
+                agent = Agent(make_game(cfg.game), cfg.net, load_weights_file(path),
+                              analysis_mcts(cfg), backend=cfg.backend)  # fmt: skip
             self._agents[path] = agent
             while len(self._agents) > 6:
                 self._agents.popitem(last=False)[1].close()  # its version off the backend
@@ -401,14 +402,10 @@ def run_ladder(
 
 def _game_of(entrants: Sequence[Entrant], configs: Sequence[Config] | None) -> tuple[Game, int]:
     """The game every checkpoint plays (one for all) and the first run's ``eval.sims``."""
-    from actors.games import make_game
     from learner.checkpoint import load_checkpoint
 
     if configs:
-        games = sorted({c.game for c in configs})
-        if len(games) != 1:
-            raise ConfigError(f"the runs play different games: {', '.join(games)}")
-        return make_game(games[0]), configs[0].eval.sims
+        return referee_game({c.game: c.game for c in configs}), configs[0].eval.sims
     seen: dict[str, str] = {}
     sims = None
     for e in entrants:
@@ -419,11 +416,24 @@ def _game_of(entrants: Sequence[Entrant], configs: Sequence[Config] | None) -> t
         seen.setdefault(config["game"], e.name)
         if sims is None:
             sims = int(config.get("eval", {}).get("sims", 64))
-    if len(seen) != 1:
+    return referee_game(seen), int(sims or 64)
+
+
+def referee_game(seen: dict[str, str]) -> Game:
+    """The game that referees checkpoints of the games ``seen`` (game name -> a player of it, for
+    the error): their own, or where they differ only in encoding (go9 and go9-features), the
+    game of the rules they share; ConfigError when their rules differ."""
+    from actors.games import make_game
+
+    games = {name: make_game(name) for name in seen}
+    if len(games) == 1:
+        return next(iter(games.values()))
+    rules = {g.rules for g in games.values()}
+    if len(rules) != 1:
         raise ConfigError(
             "the runs play different games: " + ", ".join(f"{g} ({n})" for g, n in seen.items())
         )
-    return make_game(next(iter(seen))), int(sims or 64)
+    return make_game(rules.pop())
 
 
 def run_ladder_command(args: argparse.Namespace) -> int:

@@ -112,18 +112,33 @@ class AgentPlayer(Player):
         self.rng = np.random.default_rng(seed)
         self.name = name
         self._mine = 0
+        self._own: State | None = None
 
     def new_game(self, game: Game) -> None:
         self._mine = 0
+        # A net of another encoding of the same rules (go9-features in a go9 game) follows the
+        # game in its own states, move by move; one of the game's own encoding reads its states.
+        own = self.agent.game
+        if own.name != game.name and own.rules != game.rules:
+            raise ValueError(f"{self.name} plays {own.name}, not {game.name}'s rules")
+        self._own = own.initial_state() if own.name != game.name else None
+
+    def tell(self, color: int, action: int) -> None:
+        if self._own is not None:
+            self._own = self.agent.game.apply(self._own, action)
 
     def genmove(self, color: int, state: State) -> int:
-        a = self.agent.analyze_sync([state], self.sims)[0]
+        a = self.agent.analyze_sync([state if self._own is None else self._own], self.sims)[0]
         self._mine += 1
         if self._mine > self.sample_moves:
-            return int(a.move)
-        weights = a.visits if a.visits is not None and a.visits.sum() > 0 else a.policy
-        p = np.asarray(weights, dtype=np.float64)
-        return int(self.rng.choice(len(p), p=p / p.sum()))
+            move = int(a.move)
+        else:
+            weights = a.visits if a.visits is not None and a.visits.sum() > 0 else a.policy
+            p = np.asarray(weights, dtype=np.float64)
+            move = int(self.rng.choice(len(p), p=p / p.sum()))
+        if move != RESIGN:
+            self.tell(color, move)
+        return move
 
 
 def find_command(argv: list[str]) -> list[str]:
