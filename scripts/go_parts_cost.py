@@ -1,0 +1,108 @@
+"""What each of issue 36's parts costs on Go 9x9, per evaluation and per learner step.
+
+Builds today's go9 net and the net with each part added alone (the input features, global
+pooling, the target heads with their losses) and all together (configs/go9-features-targets.toml),
+then times, in one process with the variants taking turns (A B C D E, repeated), a forward pass
+of ``--rows`` positions (eager, ``backend.threads`` of the config: the server compiles, this
+measures the network's arithmetic) and a learner step of ``trainer.batch_size`` on random
+positions with every target present. Prints a table of milliseconds and ratios to go9; the
+ratios, not the times, are the result on a shared machine.
+
+    python scripts/go_parts_cost.py --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from actors.games import make_game
+from azserve.app.schema import load_config
+from azserve.model.network import build_net
+from learner.replay import Batch
+from learner.trainer import Trainer
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+OFF = ["net.global_pool_every=0", "net.heads=[]", "trainer.ownership_weight=0",
+       "trainer.score_weight=0", "trainer.reply_weight=0"]  # fmt: skip
+"""go9-features-targets.toml's parts switched off, one by one below."""
+
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "go9 (today)": ("go9", []),
+    "+ features": ("go9-features-targets", OFF),
+    "+ global pooling": (
+        "go9-features-targets",
+        ["game=go9", *OFF[1:], "net.global_pool_every=3"],
+    ),  # fmt: skip
+    "+ targets": ("go9-features-targets", ["game=go9", "net.global_pool_every=0"]),
+    "all three": ("go9-features-targets", []),
+}
+
+
+def batch_for(cfg, rng: np.random.Generator) -> Batch:
+    """Random positions with every target the config trains (a row's reply: one-hot)."""
+    game = make_game(cfg.game)
+    b, (c, h, w), a = cfg.trainer.batch_size, game.obs_shape, game.num_actions
+    policy = rng.dirichlet(np.ones(a), b).astype(np.float32)
+    targets, masks = {}, {}
+    if cfg.trainer.ownership_weight:
+        targets["ownership"] = rng.choice(np.array([-1, 1], np.int8), (b, h, w))
+    if cfg.trainer.score_weight:
+        targets["score"] = rng.normal(0, 10, b).astype(np.float32)
+    if cfg.trainer.reply_weight:
+        targets["reply"] = np.eye(a, dtype=np.float32)[rng.integers(a, size=b)]
+    for name in targets:
+        masks[name] = np.ones(b, bool)
+    return Batch(
+        obs=rng.integers(0, 2, (b, c, h, w), dtype=np.uint8),
+        policy=policy,
+        outcome=rng.choice(np.array([-1.0, 1.0], np.float32), b),
+        version=np.zeros(b, np.int64),
+        targets=targets,
+        target_mask=masks,
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=5, help="rounds of every variant (default 5)")
+    ap.add_argument("--rows", type=int, default=128, help="positions per forward (default 128)")
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    setups = {}
+    for label, (name, sets) in VARIANTS.items():
+        cfg = load_config(CONFIGS / f"{name}.toml", [*sets, "trainer.device=cpu"])
+        torch.set_num_threads(cfg.backend.threads)
+        net = build_net(cfg.net).eval()
+        obs = torch.from_numpy(rng.integers(0, 2, (args.rows, *make_game(cfg.game).obs_shape))
+                               .astype(np.float32))  # fmt: skip
+        trainer = Trainer(cfg.net, cfg.trainer)
+        batch = batch_for(cfg, rng)
+        trainer.step(batch)  # warm up
+        setups[label] = (net, obs, trainer, batch)
+    times: dict[str, dict[str, list[float]]] = {k: {"fwd": [], "step": []} for k in setups}
+    for _ in range(args.repeats):
+        for label, (net, obs, trainer, batch) in setups.items():
+            with torch.inference_mode():
+                t0 = time.perf_counter()
+                net(obs)
+                times[label]["fwd"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            trainer.step(batch)
+            times[label]["step"].append(time.perf_counter() - t0)
+    base = {k: float(np.median(v)) for k, v in times["go9 (today)"].items()}
+    print(f"| variant | forward of {args.rows} rows, ms | x go9 | learner step, ms | x go9 |")
+    print("|---|---:|---:|---:|---:|")
+    for label, t in times.items():
+        f, s = float(np.median(t["fwd"])), float(np.median(t["step"]))
+        print(f"| {label} | {f * 1e3:.1f} | {f / base['fwd']:.2f} | {s * 1e3:.0f} | "
+              f"{s / base['step']:.2f} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
