@@ -40,6 +40,7 @@ class Game(abc.ABC):
     """A: size of the action space (policy vectors are ``float32 [A]``)."""
     obs_shape: tuple[int, int, int]
     """(C, H, W) of ``encode``'s uint8 planes."""
+
     @property
     def rules(self) -> str:
         """The built-in game whose rules this one plays: its own name, but for a game that only
