@@ -42,7 +42,8 @@ rules on a bigger board, and slow in Python)."""
 
 def compiled_games() -> tuple[str, ...]:
     """The first built-in game naming each entry of the compiled table, then ``VARIANTS``: a new
-    compiled game is played here without being listed."""
+    compiled game is played here without being listed (one no built-in game names fails
+    tests/test_game_registry.py)."""
     if core is None:
         return ()
     first: dict[str, str] = {}
@@ -50,7 +51,6 @@ def compiled_games() -> tuple[str, ...]:
         entry = core_name(make_game(name))
         if entry in core.GAMES:
             first.setdefault(entry, name)
-    assert set(first) == set(core.GAMES), "a compiled game no built-in game names"
     return tuple(first.values()) + VARIANTS
 
 
