@@ -31,6 +31,11 @@ class ActorCollector:
             ("azserve_actor_simulations", "MCTS simulations run", st.simulations),
             ("azserve_actor_evaluations", "Leaf evaluations received", st.evaluations),
             ("azserve_actor_resigned", "Games ended by resignation", st.resigned),
+            (
+                "azserve_actor_adjudicated",
+                "Games drawn at the ply cap counted as won",
+                st.adjudicated,
+            ),
             ("azserve_actor_trajectories_sent", "Trajectories sent", sent.sent),
             ("azserve_actor_trajectories_acked", "Trajectories acknowledged", sent.acked),
         ):

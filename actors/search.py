@@ -76,6 +76,11 @@ class MCTSConfig:
     """No resignation before this many moves have been played in the game."""
     no_resign_fraction: float = 0.1
     """Fraction of games played out with resignation disabled, to measure false resigns."""
+    cap_win_margin: float = 0.0
+    """Self-play's result of a game drawn at its ply cap (``Game.cap_score``: chess's
+    ``max_plies``): a win for the side ahead by at least this much (chess: material in pawns),
+    else the draw; 0 keeps the draw. Training results only: matches, the ladder and the
+    in-tree search keep the rules' draw."""
     algorithm: Literal["puct", "gumbel"] = "puct"
     """Self-play search: AlphaZero's PUCT (this module) or Gumbel AlphaZero (actors/gumbel.py)."""
     num_sampled_actions: int = 16
@@ -113,6 +118,8 @@ class MCTSConfig:
             raise ValueError(f"dirichlet_fraction must be in [0, 1], got {self.dirichlet_fraction}")
         if not 0.0 <= self.no_resign_fraction <= 1.0:
             raise ValueError(f"no_resign_fraction must be in [0, 1], got {self.no_resign_fraction}")
+        if self.cap_win_margin < 0:
+            raise ValueError(f"cap_win_margin must be >= 0, got {self.cap_win_margin}")
         if self.gumbel_opening not in ("halving", "target"):
             raise ValueError(
                 f"gumbel_opening must be 'halving' or 'target', got {self.gumbel_opening!r}"

@@ -51,6 +51,8 @@ class SelfPlayStats:
     no_resign_games: int = 0
     false_resign: int = 0
     """No-resign games where the side that would have resigned did not lose (calibration)."""
+    adjudicated: int = 0
+    """Games drawn at the ply cap that counted as won (``mcts.cap_win_margin``)."""
     results: dict[int, int] = field(default_factory=lambda: {1: 0, 0: 0, -1: 0})
     """First player's outcomes: +1 win, 0 draw, -1 loss."""
     loop_lag_ms: float = 0.0
@@ -252,12 +254,7 @@ async def play_game(
             state = game.apply(state, action)
             mcts.advance(action)
             move += 1
-    if resigner is not None:
-        first_result = -1.0 if resigner == 0 else 1.0
-    else:
-        # terminal_value is for the side to move at the end; turn it into the first player's.
-        tv = game.terminal_value(state)
-        first_result = tv if game.to_play(state) == 0 else -tv
+    first_result, adjudicated = game_result(game, state, resigner, mcts_cfg.cap_win_margin)
     movers_a = np.array(movers, dtype=np.int64)
     outcome = np.where(movers_a == 0, first_result, -first_result).astype(np.float32)
     stats.games += 1
@@ -265,6 +262,7 @@ async def play_game(
     stats.moves += move
     stats.results[int(first_result)] += 1
     stats.resigned += resigner is not None
+    stats.adjudicated += adjudicated
     if not resign_allowed:
         stats.no_resign_games += 1
         loser = 0 if first_result < 0 else 1 if first_result > 0 else None
@@ -284,6 +282,25 @@ async def play_game(
             for k, v in extra.items()
         },
     )
+
+
+def game_result(
+    game: Game, final: State, resigner: int | None, cap_win_margin: float = 0.0
+) -> tuple[float, bool]:
+    """The first player's result (+1, 0, -1) of a game that ended at ``final`` (or with
+    ``resigner``'s resignation), and whether it was adjudicated: with ``cap_win_margin`` > 0 a
+    draw at the game's ply cap goes to the side ahead by at least that much
+    (``Game.cap_score``)."""
+    if resigner is not None:
+        return (-1.0 if resigner == 0 else 1.0), False
+    # terminal_value is for the side to move at the end; turn it into the first player's.
+    tv = game.terminal_value(final)
+    adjudicated = False
+    if cap_win_margin > 0:
+        lead = game.cap_score(final)
+        if lead is not None and abs(lead) >= cap_win_margin:
+            tv, adjudicated = (1.0 if lead > 0 else -1.0), True
+    return (tv if game.to_play(final) == 0 else -tv), adjudicated
 
 
 def game_targets(
@@ -459,7 +476,7 @@ class SelfPlay:
                 # The prefix up to "loop lag" is parsed by azserve bench selfplay: keep its order.
                 "games/s %.2f  positions/s %.1f  sims/s %.0f  evals/s %.0f  in flight %d  "
                 "loop lag %.1f ms  moves/s %.1f  games %d  positions recorded/moves played %d/%d  "
-                "latest v%d  W/D/L %d/%d/%d  resigned %d  false resign %d/%d  "
+                "latest v%d  W/D/L %d/%d/%d  resigned %d  false resign %d/%d  adjudicated %d  "
                 "trajectories sent %d acked %d resent %d pending %d  abandoned %s  %s  "
                 "trees %d nodes %.1f MB",
                 rates.rate("games", s.games, now),
@@ -479,6 +496,7 @@ class SelfPlay:
                 s.resigned,
                 s.false_resign,
                 s.no_resign_games,
+                s.adjudicated,
                 sink.sent,
                 sink.acked,
                 sink.resent,

@@ -20,6 +20,7 @@ import pytest
 from actors.compiled_mcts import core
 from actors.games import make_game
 from actors.games.chess import START_FEN, Chess, ChessState
+from actors.search import MCTSConfig
 
 pytestmark = pytest.mark.skipif(core is None, reason="actors._mcts_core was not built")
 
@@ -295,3 +296,56 @@ def test_a_built_in_game_takes_its_parameters_in_the_spec() -> None:
     ]:
         with pytest.raises(ValueError, match=why):
             make_game(spec)
+
+
+def test_cap_score_is_the_material_lead_of_a_draw_at_the_cap() -> None:
+    """Only a game drawn at ``max_plies`` has a cap score: the side to move's material lead
+    (P1 N3 B3 R5 Q9), which self-play may turn into a result (``mcts.cap_win_margin``)."""
+    chess = Chess(max_plies=3, history=0)
+    s = chess.initial_state()
+    for m in ["e2e4", "d7d5", "e4d5"]:
+        assert chess.cap_score(s) is None  # not over
+        s = chess.apply(s, chess.parse_uci(s, m))
+    assert s.over and s.value == 0.0 and chess.cap_score(s) == -1.0  # black, a pawn down
+    four = Chess(max_plies=4, history=0)
+    s = four.initial_state()
+    for m in ["e2e4", "d7d5", "e4d5", "d8d5"]:
+        s = four.apply(s, four.parse_uci(s, m))
+    assert s.over and four.cap_score(s) == 0.0  # a pawn each
+    # A rook and a queen against a bishop and a knight: 14 - 6, white to move at the cap.
+    heavy = Chess(max_plies=200, history=0)
+    s = heavy.from_fen("4k3/2b5/8/8/8/8/5n2/R3K2Q b - - 0 100")  # ply 199
+    s = heavy.apply(s, heavy.parse_uci(s, "c7b6"))
+    assert s.over and s.value == 0.0 and heavy.cap_score(s) == 8.0
+    # Mated on the cap's own ply: the mate stands, no cap score.
+    odd = Chess(max_plies=199, history=0)
+    s = odd.from_fen("7k/8/6K1/8/8/8/8/5Q2 w - - 0 100")  # ply 198
+    s = odd.apply(s, odd.parse_uci(s, "f1f8"))
+    assert s.over and s.value == -1.0 and odd.cap_score(s) is None
+    # Drawn before the cap (stalemate): no cap score either.
+    stalemate = heavy.from_fen("7k/5Q2/6K1/8/8/8/8/8 b - - 0 1")
+    assert stalemate.over and heavy.cap_score(stalemate) is None
+
+
+def test_self_play_results_at_the_cap() -> None:
+    """``game_result``: a draw at the cap goes to the side ahead by ``cap_win_margin`` or
+    more, as the first player's result; a resignation, a mate and a smaller lead are as
+    before; 0 turns it off."""
+    from actors.selfplay import game_result
+
+    chess = Chess(max_plies=3, history=0)
+    s = chess.initial_state()
+    for m in ["e2e4", "d7d5", "e4d5"]:  # black to move at the cap, a pawn down
+        s = chess.apply(s, chess.parse_uci(s, m))
+    assert game_result(chess, s, None) == (0.0, False)
+    assert game_result(chess, s, None, 1.0) == (1.0, True)  # white, the first player, wins
+    assert game_result(chess, s, None, 1.5) == (0.0, False)
+    assert game_result(chess, s, 0, 1.0) == (-1.0, False)  # white resigned: resignation stands
+    odd = Chess(max_plies=199, history=0)
+    mate = odd.from_fen("7k/8/6K1/8/8/8/8/5Q2 w - - 0 100")
+    mate = odd.apply(mate, odd.parse_uci(mate, "f1f8"))
+    assert game_result(odd, mate, None, 1.0) == (1.0, False)
+    stalemate = odd.from_fen("7k/5Q2/6K1/8/8/8/8/8 b - - 0 1")
+    assert game_result(odd, stalemate, None, 1.0) == (0.0, False)
+    with pytest.raises(ValueError, match="cap_win_margin must be >= 0"):
+        MCTSConfig(cap_win_margin=-1.0)

@@ -140,3 +140,60 @@ async def test_games_keep_their_version_across_a_swap(
     # Once a game started on version 1, every later game did too.
     first_v1 = min(gid for gid, t in by_id.items() if t.version == 1)
     assert all(t.version == 1 for gid, t in by_id.items() if gid > first_v1 + cfg.games)
+
+
+class ResultSink(ListSink):
+    """Keeps each trajectory's header and outcomes (chess's policies may be sparse)."""
+
+    async def send(self, traj: P.Trajectory, obs: Any, policy: Any, outcome: np.ndarray) -> None:
+        self.items.append((traj, obs, policy, outcome.copy()))
+
+
+@pytest.mark.parametrize("margin", [0.0, 1.0])
+async def test_chess_draws_at_the_cap_go_to_the_side_ahead(
+    make_server: MakeServer, margin: float
+) -> None:
+    """A real chess self-play run capped at 20 plies on a real server: with
+    ``mcts.cap_win_margin`` 1 the games drawn at the cap with a material lead count as won
+    (``adjudicated``), each trajectory's outcomes following its result; with 0 every
+    adjudication is off and capped games stay drawn."""
+    from actors.compiled_mcts import core
+    from azserve import InferenceServer
+    from azserve.backends import BackendConfig, make_backend
+    from azserve.server.dispatch import InitialWeights
+    from tests.conftest import server_config
+    from tests.test_sparse_policy import _chess_net
+
+    if core is None:
+        pytest.skip("chess needs the compiled core")
+    cfg, blob = _chess_net()  # its planes: chess with history 1, whatever the cap
+    backend = make_backend(cfg, BackendConfig(device="cpu", compile="none"))
+    server = InferenceServer(server_config("tcp://127.0.0.1:*"), cfg.spec, backend)
+    await server.start(InitialWeights(0, blob))
+    try:
+        async with EvalClient(ClientConfig(server=server.endpoint)) as client:
+            sink = ResultSink()
+            mcts = MCTSConfig(
+                algorithm="gumbel", num_simulations=4, num_sampled_actions=4,
+                resign_threshold=-2.0, cap_win_margin=margin,
+            )  # fmt: skip
+            sp = SelfPlay(
+                "chess(max_plies=20,history=1)",
+                ActorsConfig(games=8, max_games=24, status_interval_s=0),
+                mcts,
+                client,
+                sink,
+                "a0",
+            )
+            stats = await asyncio.wait_for(sp.run(asyncio.Event()), 80)
+    finally:
+        await server.aclose()
+    decisive = stats.results[1] + stats.results[-1]
+    assert stats.games >= 24 and stats.resigned == 0
+    if margin == 0:
+        assert stats.adjudicated == 0
+    else:
+        # Twenty plies of a near-random net take material in most games; a mate is rare.
+        assert stats.adjudicated >= 3 and decisive >= stats.adjudicated
+    for traj, _obs, _policy, outcome in sink.items:
+        assert outcome[0] == traj.result and np.all(outcome[:-1] == -outcome[1:])

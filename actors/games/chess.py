@@ -52,6 +52,8 @@ _DF = (0, 1, 1, 1, 0, -1, -1, -1)  # N NE E SE S SW W NW
 _DR = (1, 1, 0, -1, -1, -1, 0, 1)
 _KN = ((1, 2), (2, 1), (2, -1), (1, -2), (-1, -2), (-2, -1), (-2, 1), (-1, 2))
 _PROMO = "nbr"  # under-promotions, in type order
+# Material by blob code (empty, PNBRQK, pnbrqk), white's counted positive.
+_MATERIAL = np.array([0, 1, 3, 3, 5, 9, 0, -1, -3, -3, -5, -9, 0], np.int32)
 _CASTLE = "KQkq"  # blob bits 1, 2, 4, 8
 _CORNERS = ((4, 7), (4, 0), (60, 63), (60, 56))  # (king, rook) of each right
 # OpenSpiel's tables (open_spiel/games/chess/chess.h, chess_common.cc)
@@ -153,6 +155,15 @@ class Chess(Game):
     def encode(self, s: ChessState) -> np.ndarray:
         planes = np.frombuffer(self._rules.encode(s.blob), dtype=np.uint8)
         return planes.reshape(self.obs_shape)
+
+    def cap_score(self, s: ChessState) -> float | None:
+        """The side to move's material lead (P1 N3 B3 R5 Q9) where the game was drawn at
+        ``max_plies``; None for any other position (a mate at the cap keeps its result)."""
+        if not s.over or s.value != 0.0 or (s.blob[68] | s.blob[69] << 8) < self.max_plies:
+            return None
+        board = np.frombuffer(s.blob, np.uint8, 64)
+        lead = int(_MATERIAL[board].sum())  # white's
+        return float(lead if s.blob[64] == 0 else -lead)
 
     def symmetries(
         self, obs: np.ndarray, policy: np.ndarray
