@@ -29,6 +29,7 @@ import logging
 import os
 import socket
 import struct
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,6 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from azserve.targets import target_spec
 from learner.replay import Batch
 
 log = logging.getLogger("learner.distributed")
@@ -154,26 +156,45 @@ class RankGroup:
 
     # --- the shards ------------------------------------------------------------------------
 
-    def scatter_batch(self, batch: Batch | None, shapes: tuple[tuple[int, ...], ...]) -> Batch:
+    def scatter_batch(
+        self,
+        batch: Batch | None,
+        shapes: tuple[tuple[int, ...], ...],
+        targets: Sequence[str] = (),
+    ) -> Batch:
         """Rank 0 gives the global ``batch`` (rows divisible by the world); every rank gets
-        its shard. ``shapes``: the shard's (obs, policy, outcome) shapes."""
-        out = []
-        for i, (shape, dtype) in enumerate(
-            zip(shapes, (torch.uint8, torch.float32, torch.float32))
-        ):
-            mine = torch.empty(shape, dtype=dtype, device=self.comm_device)
+        its shard. ``shapes``: the shard's (obs, policy, outcome) shapes; ``targets``: the
+        targets trained (``azserve.targets``), each sent with its mask, their shapes following
+        from the obs and policy shapes."""
+        rows, obs_shape, num_actions = shapes[0][0], shapes[0][1:], shapes[1][1]
+        fields: list[tuple[str, tuple[int, ...], np.dtype]] = [
+            ("obs", shapes[0], np.dtype(np.uint8)),
+            ("policy", shapes[1], np.dtype(np.float32)),
+            ("outcome", shapes[2], np.dtype(np.float32)),
+        ]
+        for name in targets:
+            dtype, shape = target_spec(name, rows, obs_shape, num_actions)
+            fields += [(name, shape, dtype), (f"{name} mask", (rows,), np.dtype(np.uint8))]
+        out = {}
+        for name, shape, dtype in fields:
+            mine = torch.empty(shape, dtype=_TORCH[dtype], device=self.comm_device)
             parts = None
             if self.rank == 0:
                 assert batch is not None
-                whole = torch.from_numpy(
-                    np.ascontiguousarray((batch.obs, batch.policy, batch.outcome)[i])
-                )
+                whole = torch.from_numpy(np.ascontiguousarray(_field(batch, name), dtype))
                 parts = [p.contiguous().to(self.comm_device) for p in whole.chunk(self.world)]
             dist.scatter(mine, parts, src=0)
-            out.append(mine.cpu().numpy())
+            out[name] = mine.cpu().numpy()
         # Versions stay with rank 0's replay (freshness is counted there); a shard needs none.
-        version = np.zeros(len(out[2]), np.int64)
-        return Batch(obs=out[0], policy=out[1], outcome=out[2], version=version)
+        version = np.zeros(len(out["outcome"]), np.int64)
+        return Batch(
+            obs=out["obs"],
+            policy=out["policy"],
+            outcome=out["outcome"],
+            version=version,
+            targets={n: out[n] for n in targets},
+            target_mask={n: out[f"{n} mask"].astype(bool) for n in targets},
+        )
 
     def average_gradients(self, params: list[nn.Parameter]) -> None:
         """Every rank's gradients replaced by their mean over the ranks (one all-reduce)."""
@@ -194,6 +215,22 @@ class RankGroup:
         t = values.detach().to(self.comm_device, torch.float64).clone()
         dist.all_reduce(t)
         return t / self.world
+
+
+_TORCH = {
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.int8): torch.int8,
+    np.dtype(np.float32): torch.float32,
+}
+
+
+def _field(batch: Batch, name: str) -> np.ndarray:
+    """One of a batch's arrays by its name in ``scatter_batch`` (a target's mask as uint8)."""
+    if name in ("obs", "policy", "outcome"):
+        return getattr(batch, name)
+    if name.endswith(" mask"):
+        return batch.target_mask[name.removesuffix(" mask")].astype(np.uint8)
+    return batch.targets[name]
 
 
 class _SumOverRanks(torch.autograd.Function):

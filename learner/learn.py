@@ -311,7 +311,7 @@ class Learner:
         lr = self.trainer.lr()
         self.group.send_control(STEP, lr)
         self._controlled = time.monotonic()
-        shard = self.group.scatter_batch(whole, self._shard_shapes)
+        shard = self.group.scatter_batch(whole, self._shard_shapes, self.trainer.targets)
         return self.trainer.step(shard, lr=lr, prepared=True)
 
     def _ping_due(self) -> bool:
@@ -588,6 +588,7 @@ def run_rank(cfg: LearnerSettings, rank: int, rendezvous: str) -> int:
                 stopped = True
                 return 0
             if word == STEP:
-                trainer.step(group.scatter_batch(None, shapes), lr=lr, prepared=True)
+                shard = group.scatter_batch(None, shapes, trainer.targets)
+                trainer.step(shard, lr=lr, prepared=True)
     finally:
         group.close(broken=not stopped)

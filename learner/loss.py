@@ -66,9 +66,12 @@ def target_losses(
     targets: Mapping[str, torch.Tensor],
     masks: Mapping[str, torch.Tensor],
     cells: int,
+    denominators: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
     """The loss of each target in ``targets`` (float32 scalars), each the mean over the
-    positions its bool ``[B]`` mask keeps (0 when it keeps none):
+    positions its bool ``[B]`` mask keeps (0 when it keeps none), or the sum over them divided
+    by ``denominators[name]`` where given (a data-parallel rank: the ranks' mean count, so that
+    the ranks' mean gradient is the global batch's):
 
     - ``ownership``: outputs ``[B,H,W]`` logits ``o`` (``tanh(o)`` the expected owner), targets
       ``[B,H,W]`` in {-1, 0, 1}; the binary cross-entropy of ``sigmoid(2 o)`` against
@@ -94,7 +97,8 @@ def target_losses(
         else:
             raise ValueError(f"unknown target {name!r}")
         keep = masks[name].float()
-        out[name] = (per * keep).sum() / keep.sum().clamp(min=1.0)
+        count = keep.sum().clamp(min=1.0) if denominators is None else denominators[name]
+        out[name] = (per * keep).sum() / count
     return out
 
 

@@ -87,11 +87,6 @@ class Trainer:
                 f"trainer.{missing[0]}_weight > 0 needs the {missing[0]} head: add "
                 f"{missing[0]!r} to net.heads"
             )
-        if self.targets and group is not None:
-            raise ConfigError(
-                "trainer.*_weight of a target > 0 with learner.processes > 1: the ranks' "
-                "shards do not carry targets yet; use one learner process"
-            )
         self.group = group
         """The data-parallel group this trainer is one rank of (None: alone)."""
         self.net_cfg = net_cfg
@@ -234,9 +229,11 @@ class Trainer:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
             self.optimizer.step()
         self.step_count += 1
-        losses = torch.stack([parts.total, parts.policy, parts.value]).detach()
+        losses = torch.stack([parts.total, parts.policy, parts.value, *extra.values()]).detach()
         if self.group is not None:
             losses = self.group.mean(losses)
+        extra_losses = dict(zip(extra, losses[3:].tolist()))
+        losses = losses[:3]
         out = [
             *losses.tolist(),
             float(torch.as_tensor(parts.l2).detach()),
@@ -250,7 +247,7 @@ class Trainer:
             "grad_norm": out[4],
             "lr": lr,
             "step": float(self.step_count),
-            **{f"{n}_loss": float(loss.detach()) for n, loss in extra.items()},
+            **{f"{n}_loss": loss for n, loss in extra_losses.items()},
             "step_ms": (time.perf_counter() - t0) * 1e3,
         }
 
@@ -264,9 +261,18 @@ class Trainer:
                 raise ValueError(f"batch has no {name!r} target (the replay does not keep it)")
             targets[name] = torch.from_numpy(np.ascontiguousarray(batch.targets[name])).to(dev)
             masks[name] = torch.from_numpy(np.ascontiguousarray(batch.target_mask[name])).to(dev)
+        denominators = None
+        if self.group is not None and masks:
+            # The masked means over the global batch: each rank's sum over the ranks' mean
+            # count (shards keep different numbers of positions with a target).
+            counts = torch.stack([m.float().sum() for m in masks.values()])
+            mean = self.group.mean(counts).to(dev, torch.float32)
+            mean = torch.where(mean > 0, mean, torch.ones_like(mean))
+            denominators = dict(zip(masks, mean))
         return target_losses(
-            outputs._asdict(), targets, masks, self.net_cfg.height * self.net_cfg.width
-        )
+            outputs._asdict(), targets, masks, self.net_cfg.height * self.net_cfg.width,
+            denominators,
+        )  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly: ``model``, ``optim``, ``step``,

@@ -35,12 +35,14 @@ RANK_SCRIPT = textwrap.dedent(
     from learner.replay import Batch
     from learner.trainer import Trainer
 
-    rank, world, port, out, steps, rows = sys.argv[1:7]
+    rank, world, port, out, steps, rows, heads = sys.argv[1:8]
     rank, world, steps, rows = int(rank), int(world), int(steps), int(rows)
+    heads = tuple(h for h in heads.split(",") if h)
     torch.set_num_threads(1)
     game = make_game("connect4")  # the mirror symmetry: augmentation is part of the check
-    net = NetConfig(blocks=2, channels=16)
-    cfg = TrainerConfig(batch_size=rows, lr=0.05, momentum=0.9, weight_decay=1e-4)
+    net = NetConfig(blocks=2, channels=16, heads=heads)
+    weights = {f"{h}_weight": 0.5 for h in heads}
+    cfg = TrainerConfig(batch_size=rows, lr=0.05, momentum=0.9, weight_decay=1e-4, **weights)
     group = None
     if world > 1:
         group = RankGroup(rank, world, f"tcp://127.0.0.1:{port}", torch.device("cpu"), 60.0)
@@ -51,15 +53,23 @@ RANK_SCRIPT = textwrap.dedent(
         obs = data.integers(0, 2, (rows, 2, 6, 7), dtype=np.uint8)
         policy = data.dirichlet(np.ones(7), rows).astype(np.float32)
         outcome = data.choice([-1.0, 0.0, 1.0], rows).astype(np.float32)
-        batch = Batch(obs, policy, outcome, np.zeros(rows, np.int64))
+        targets = {
+            "ownership": data.integers(-1, 2, (rows, 6, 7)).astype(np.int8),
+            "score": data.normal(0, 5, rows).astype(np.float32),
+            "reply": data.dirichlet(np.ones(7), rows).astype(np.float32),
+        }
+        masks = {h: data.random(rows) < 0.7 for h in targets}
+        batch = Batch(obs, policy, outcome, np.zeros(rows, np.int64),
+                      targets={h: targets[h] for h in heads},
+                      target_mask={h: masks[h] for h in heads})  # fmt: skip
         if group is None:
             row = trainer.step(batch)
         else:
             whole = trainer.prepare(batch) if rank == 0 else None
             shapes = ((rows // world, 2, 6, 7), (rows // world, 7), (rows // world,))
-            shard = group.scatter_batch(whole, shapes)
+            shard = group.scatter_batch(whole, shapes, trainer.targets)
             row = trainer.step(shard, lr=trainer.lr(), prepared=True)
-        losses.append(row["loss"])
+        losses.append([row["loss"], *(row[f"{h}_loss"] for h in heads)])
     if rank == 0:
         state = {k: v.contiguous() for k, v in trainer.model.state_dict().items()}
         import json
@@ -70,10 +80,14 @@ RANK_SCRIPT = textwrap.dedent(
 )
 
 
-def run_ranks(tmp_path: Path, world: int, steps: int, rows: int) -> tuple[dict, list[float]]:
+def run_ranks(
+    tmp_path: Path, world: int, steps: int, rows: int, heads: tuple[str, ...] = ()
+) -> tuple[dict, list[list[float]]]:
+    """Train ``steps`` on the same batches with ``world`` ranks; rank 0's weights and each
+    step's losses (the total, then each head's)."""
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
-    out = tmp_path / f"world{world}.safetensors"
+    out = tmp_path / f"world{world}{'-'.join(('', *heads))}.safetensors"
     port = free_tcp_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     procs = [
@@ -87,6 +101,7 @@ def run_ranks(tmp_path: Path, world: int, steps: int, rows: int) -> tuple[dict, 
                 str(out),
                 str(steps),
                 str(rows),
+                ",".join(heads),
             ],  # fmt: skip
             env=env,
             stdout=subprocess.PIPE,
@@ -106,22 +121,32 @@ def run_ranks(tmp_path: Path, world: int, steps: int, rows: int) -> tuple[dict, 
 
 
 @pytest.mark.timeout(300)
-def test_two_ranks_make_the_update_of_one_on_the_whole_batch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("heads", [(), ("ownership", "score", "reply")], ids=["plain", "targets"])
+def test_two_ranks_make_the_update_of_one_on_the_whole_batch(
+    tmp_path: Path, heads: tuple[str, ...]
+) -> None:
+    """With the targets, each rank's shard carries its rows of every target and mask, moved
+    by the same symmetry as its planes: otherwise the heads' losses and weights would part."""
     steps, rows = 6, 64
-    one, losses_one = run_ranks(tmp_path, 1, steps, rows)
-    two, losses_two = run_ranks(tmp_path, 2, steps, rows)
+    one, losses_one = run_ranks(tmp_path, 1, steps, rows, heads)
+    two, losses_two = run_ranks(tmp_path, 2, steps, rows, heads)
     assert one.keys() == two.keys()
     worst = max(float((one[k].double() - two[k].double()).abs().max()) for k in one)
     # Float tolerance: the global batch statistics are summed across ranks in another order.
     assert worst < 1e-5, worst  # measured: 1.2e-7 after 6 steps
-    assert all(abs(a - b) < 1e-4 for a, b in zip(losses_one, losses_two)), (losses_one, losses_two)
-    # Not trivially equal: the weights moved.
+    for a, b in zip(losses_one, losses_two):
+        assert len(a) == 1 + len(heads) and max(abs(x - y) for x, y in zip(a, b)) < 1e-4, (a, b)
+    # Not trivially equal: the weights moved, the heads' among them.
     from azserve.model.network import build_net
     from azserve.model.spec import NetConfig
 
-    init = build_net(NetConfig(blocks=2, channels=16), seed=NetConfig().seed).state_dict()
-    moved = max(float((init[k].double() - one[k].double()).abs().max()) for k in one)
+    init = build_net(NetConfig(blocks=2, channels=16, heads=heads), seed=NetConfig().seed)
+    start = init.state_dict()
+    moved = max(float((start[k].double() - one[k].double()).abs().max()) for k in one)
     assert moved > 1e-3
+    for h in heads:
+        mine = [k for k in one if k.startswith(h)]
+        assert mine and max(float((start[k] - one[k]).abs().max()) for k in mine) > 1e-4, h
 
 
 def train_argv(run_dir: Path, *extra: str) -> list[str]:

@@ -185,11 +185,6 @@ class Config:
                 f"trainer.{final[0]}_weight > 0: {self.game} gives no final ownership or "
                 "score (Game.final_targets); set it to 0"
             )
-        if trained and self.learner.processes > 1:
-            raise ConfigError(
-                f"trainer.{trained[0]}_weight > 0 with learner.processes="
-                f"{self.learner.processes}: targets train in one learner process only"
-            )
         if self.client.max_rows > self.server.max_batch_size:
             raise ConfigError(
                 f"client.max_rows={self.client.max_rows} exceeds server.max_batch_size="
