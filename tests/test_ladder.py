@@ -314,3 +314,82 @@ def test_a_run_keeps_its_ladder_as_it_trains(tmp_path: Path) -> None:
     games = lines(run / "ladder" / "games.jsonl")
     assert len(games) >= 4 and {g["game"] for g in games} == {"tictactoe"}
     assert (run / "ladder" / "ladder.png").is_file()
+
+
+def children_of(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.add(int(entry))
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.timeout(300)
+def test_jobs_play_games_at_once_in_the_order_one_job_keeps(tmp_path: Path) -> None:
+    """``azserve ladder --jobs 2``: two worker processes play at once, never one pair twice at
+    a time, so each pair's games are stored numbered without gaps, colours alternating; a game
+    is the one a single job plays from the same pair, number and seed. Killed with SIGKILL,
+    its workers die with it, and a second invocation with jobs continues the same file."""
+    run = tiny_run(tmp_path / "run", (40, 80))
+    out = tmp_path / "ladder"
+    argv = azserve_cmd("ladder", str(run), "--anchor", "random", "--out", str(out), "--sims", "2",
+                       "--jobs", "2")  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    log = tmp_path / "first.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([*argv, "--games", "200"], stdout=subprocess.DEVNULL,
+                                stderr=err, env=env)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while len(lines(out / "games.jsonl")) < 3 and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.05)
+        workers = children_of(proc.pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert len(workers) >= 2, workers  # the two jobs (and a resource tracker, maybe)
+    deadline = time.monotonic() + 20
+    while any(alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in workers), "a ladder job outlived its ladder"
+    first = lines(out / "games.jsonl")
+    done = subprocess.run([*argv, "--games", "10"], capture_output=True, text=True, env=env,
+                          timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "2 games at a time" in done.stderr
+    games = lines(out / "games.jsonl")
+    assert len(games) == len(first) + 10 and games[: len(first)] == first
+    by_pair: dict[tuple[str, str], list[dict[str, object]]] = {}
+    for g in games:
+        by_pair.setdefault(tuple(g["pair"]), []).append(g)  # type: ignore[arg-type]
+    spans = []
+    for pair, gs in by_pair.items():
+        assert [g["k"] for g in gs] == list(range(len(gs))), pair
+        assert [g["black"] for g in gs] == [pair[k % 2] for k in range(len(gs))]
+        ends = [float(g["time"]) for g in gs]  # type: ignore[arg-type]
+        starts = [e - float(g["seconds"]) for e, g in zip(ends, gs)]  # type: ignore[arg-type]
+        assert all(s2 >= e1 - 0.01 for e1, s2 in zip(ends, starts[1:])), pair  # one at a time
+        spans += list(zip(starts, ends))
+    spans.sort()
+    # Two games were in play at once somewhere: the jobs ran side by side.
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), spans
+    assert len(list((out / "games").glob("*.sgf"))) == len(games)
+    # One job, in this process, plays the first game of a pair the same way.
+    report = run_ladder([str(run)], [RANDOM], tmp_path / "one", games=1, sims=2, progress=None)
+    one = lines(tmp_path / "one" / "games.jsonl")[0]
+    twin = by_pair[tuple(one["pair"])][0]  # type: ignore[arg-type]
+    assert report.played == 1 and one["k"] == 0 and one["seed"] == twin["seed"]
+    assert one["moves"] == twin["moves"] and one["result"] == twin["result"]

@@ -268,6 +268,9 @@ def register(sub: Any, common: Common) -> None:
     p.add_argument("--seed", type=int_in(0), default=0, help="the ladder's seed (every game's "
                    "seed derives from it, its pair and its number)")  # fmt: skip
     p.add_argument("--out", help="the ladder's directory (default: the first RUN/ladder)")
+    p.add_argument("--jobs", type=int_in(1, 256), default=1,
+                   help="games played at once, each in its own process on a core of its own "
+                   "(default 1: one at a time, in this process)")  # fmt: skip
     p.set_defaults(run=_ladder)
 
     from azserve.app.bench.cli import register as register_bench

@@ -31,7 +31,7 @@ import re
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -171,13 +171,19 @@ def _when(e: Entrant) -> float:
 
 
 def next_pair(
-    entrants: Sequence[Entrant], ratings: dict[str, Rating], counts: dict[tuple[str, str], int]
+    entrants: Sequence[Entrant],
+    ratings: dict[str, Rating],
+    counts: dict[tuple[str, str], int],
+    busy: Collection[tuple[str, str]] = (),
 ) -> tuple[str, str] | None:
-    """The pair whose next game informs the fit most: ``p (1 - p) / (1 + n)``. A player with no
-    games yet is guessed at its run's previous checkpoint's rating (0 for the first)."""
+    """The pair whose next game informs the fit most: ``p (1 - p) / (1 + n)``, leaving out the
+    ``busy`` pairs (being played now; None when every pair is). A player with no games yet is
+    guessed at its run's previous checkpoint's rating (0 for the first)."""
     guess = _guesses(entrants, ratings)
     best, best_w = None, -1.0
     for pair in candidate_pairs(entrants):
+        if pair in busy:
+            continue
         p = expected_score(guess[pair[0]], guess[pair[1]])
         w = p * (1.0 - p) / (1 + counts.get(pair, 0))
         if w > best_w + 1e-12:
@@ -265,11 +271,10 @@ class Roster:
         self._engines.clear()
 
 
-def play_pair(
-    roster: Roster, store: Store, by_name: dict[str, Entrant], pair: tuple[str, str], seed: int
-) -> dict[str, Any]:
-    """Play and store the pair's next game; returns its record."""
-    k = store.next_k(pair)
+def play_record(
+    roster: Roster, by_name: dict[str, Entrant], pair: tuple[str, str], k: int, seed: int
+) -> tuple[dict[str, Any], str | None]:
+    """Play game ``k`` of ``pair``: its store record, and its SGF for Go (else None)."""
     s = game_seed(seed, pair, k)
     black, white = (pair[0], pair[1]) if k % 2 == 0 else (pair[1], pair[0])
     b = roster.player(by_name[black], s)
@@ -297,13 +302,29 @@ def play_pair(
             for n in (black, white)
         },
     }
+    text = None
     if hasattr(game, "size"):
+        text = sgf(game, r, black, white, date=datetime.date.today().isoformat())
+    return record, text
+
+
+def store_record(store: Store, record: dict[str, Any], sgf_text: str | None) -> None:
+    """Write a played game: its SGF under ``games/`` (Go), then its line in the store."""
+    if sgf_text is not None:
         sgf_dir = store.path.parent / "games"
         sgf_dir.mkdir(exist_ok=True)
-        name = re.sub(r"[^A-Za-z0-9@._-]+", "_", f"{black}_v_{white}_{k}")[:150]
-        today = datetime.date.today().isoformat()
-        (sgf_dir / f"{name}.sgf").write_text(sgf(game, r, black, white, date=today))
+        name = f"{record['black']}_v_{record['white']}_{record['k']}"
+        name = re.sub(r"[^A-Za-z0-9@._-]+", "_", name)[:150]
+        (sgf_dir / f"{name}.sgf").write_text(sgf_text)
     store.append(record)
+
+
+def play_pair(
+    roster: Roster, store: Store, by_name: dict[str, Entrant], pair: tuple[str, str], seed: int
+) -> dict[str, Any]:
+    """Play and store the pair's next game; returns its record."""
+    record, text = play_record(roster, by_name, pair, store.next_k(pair), seed)
+    store_record(store, record, text)
     return record
 
 
@@ -330,10 +351,14 @@ def run_ladder(
     max_checkpoints: int = 12,
     progress: IO[str] | None = sys.stderr,
     configs: Sequence[Config] | None = None,
+    jobs: int = 1,
 ) -> LadderReport:
     """Play up to ``games`` new games (and for at most ``minutes``, 0 = no limit), then fit.
     ``configs``: each run's config (as ``azserve compare`` knows them), else each checkpoint's
-    own."""
+    own. ``jobs`` > 1: that many games at once, each in a worker process
+    (``azserve.app.ladder_jobs``)."""
+    from actors.games import make_game
+
     if not run_dirs:
         raise ConfigError("give at least one run directory")
     labels: list[str] = []
@@ -351,61 +376,136 @@ def run_ladder(
     by_name = {e.name: e for e in entrants}
     if len(by_name) < len(entrants):
         raise ConfigError("an anchor is given twice")
-    game, eval_sims = _game_of(entrants, configs)
+    spec, eval_sims = _game_of(entrants, configs)
+    game = make_game(spec)
     sims = eval_sims if sims is None else sims
     zero = fixed_player(anchors, entrants)
     store = Store(out / "games.jsonl")
-    roster = Roster(game, sims, sample_moves, out, by_path)
-    played = failures = 0
+    tally = _Tally(games, progress)
     deadline = time.monotonic() + minutes * 60 if minutes > 0 else math.inf
     try:
         if progress:
             print(
                 f"azserve ladder: {game.name}, {len(entrants) - len(anchors)} checkpoints of "
                 f"{len(run_dirs)} run(s), anchors {', '.join(anchors) or 'none'}; {sims} "
-                f"simulations a move; {len(store.games)} games stored in {store.path}",
+                f"simulations a move; {len(store.games)} games stored in {store.path}"
+                + (f"; {jobs} games at a time" if jobs > 1 else ""),
                 file=progress,
                 flush=True,
             )
-        while played < games and time.monotonic() < deadline:
-            ratings = fit_ladder(store.games, by_name, zero)
-            pair = next_pair(entrants, ratings, store.counts)
-            if pair is None:
-                break
+        if jobs > 1:
+            from azserve.app.ladder_jobs import GamePool, Setup
+
+            setup = Setup(spec, sims, sample_moves, str(out), entrants, by_path)
+            pool = GamePool(jobs, setup)
             try:
-                g = play_pair(roster, store, by_name, pair, seed)
-            except PlayerError as e:
-                failures += 1
-                for n in pair:
-                    roster.drop(by_name[n])
-                if progress:
-                    print(f"ladder: {e} (not stored; played again later)", file=progress)
-                if failures >= 5:
-                    raise AzserveError(f"{failures} games failed; last: {e}") from None
-                continue
-            played += 1
-            if progress:
-                print(
-                    f"ladder game {played}/{games}: {g['black']} (B) v {g['white']} (W): "
-                    f"{g['result']} ({g['reason']}, {len(g['moves'])} moves, "
-                    f"{g['seconds']:.0f} s)",
-                    file=progress,
-                    flush=True,
-                )
+                _play_in_jobs(pool, store, entrants, by_name, zero, seed, deadline, tally)
+            finally:
+                pool.close()
+        else:
+            roster = Roster(game, sims, sample_moves, out, by_path)
+            try:
+                _play_here(roster, store, entrants, by_name, zero, seed, deadline, tally)
+            finally:
+                roster.close()
     finally:
-        roster.close()
         store.close()
     ratings = fit_ladder(store.games, by_name, zero)
     disputed = sum(g["reason"] == "disputed" for g in store.games)
-    return LadderReport(played, len(store.games), ratings, entrants, disputed)
+    return LadderReport(tally.played, len(store.games), ratings, entrants, disputed)
 
 
-def _game_of(entrants: Sequence[Entrant], configs: Sequence[Config] | None) -> tuple[Game, int]:
-    """The game every checkpoint plays (one for all) and the first run's ``eval.sims``."""
+class _Tally:
+    """Games stored and failed in this invocation, and their progress lines."""
+
+    def __init__(self, games: int, progress: IO[str] | None) -> None:
+        self.games, self.progress = games, progress
+        self.played = self.failures = 0
+
+    def stored(self, g: dict[str, Any]) -> None:
+        self.played += 1
+        if self.progress:
+            print(
+                f"ladder game {self.played}/{self.games}: {g['black']} (B) v {g['white']} (W): "
+                f"{g['result']} ({g['reason']}, {len(g['moves'])} moves, {g['seconds']:.0f} s)",
+                file=self.progress,
+                flush=True,
+            )
+
+    def failed(self, why: str) -> None:
+        """A player failed: the game is not stored (it is played again later); five such
+        failures stop the ladder."""
+        self.failures += 1
+        if self.progress:
+            print(f"ladder: {why} (not stored; played again later)", file=self.progress)
+        if self.failures >= 5:
+            raise AzserveError(f"{self.failures} games failed; last: {why}")
+
+
+def _play_here(
+    roster: Roster,
+    store: Store,
+    entrants: Sequence[Entrant],
+    by_name: dict[str, Entrant],
+    zero: str,
+    seed: int,
+    deadline: float,
+    tally: _Tally,
+) -> None:
+    """One game at a time, in this process."""
+    while tally.played < tally.games and time.monotonic() < deadline:
+        pair = next_pair(entrants, fit_ladder(store.games, by_name, zero), store.counts)
+        if pair is None:
+            return
+        try:
+            g = play_pair(roster, store, by_name, pair, seed)
+        except PlayerError as e:
+            for n in pair:
+                roster.drop(by_name[n])
+            tally.failed(str(e))
+            continue
+        tally.stored(g)
+
+
+def _play_in_jobs(
+    pool: Any,
+    store: Store,
+    entrants: Sequence[Entrant],
+    by_name: dict[str, Entrant],
+    zero: str,
+    seed: int,
+    deadline: float,
+    tally: _Tally,
+) -> None:
+    """Keep every worker of ``pool`` (``ladder_jobs.GamePool``) busy with the pair that
+    informs the fit most among those not being played, storing each game as it ends; the
+    games in flight at the deadline are finished and stored."""
+    while True:
+        while pool.idle() and tally.played + len(pool.busy) < tally.games:
+            if time.monotonic() >= deadline:
+                break
+            ratings = fit_ladder(store.games, by_name, zero)
+            pair = next_pair(entrants, ratings, store.counts, pool.busy)
+            if pair is None:
+                break
+            pool.submit(pair, store.next_k(pair), seed)
+        if not pool.busy:
+            return
+        for _pair, answer in pool.finished(timeout=1.0):
+            if "error" in answer:
+                tally.failed(answer["error"])
+            else:
+                store_record(store, answer["record"], answer["sgf"])
+                tally.stored(answer["record"])
+
+
+def _game_of(entrants: Sequence[Entrant], configs: Sequence[Config] | None) -> tuple[str, int]:
+    """The spec of the game every checkpoint plays (one for all) and the first run's
+    ``eval.sims``."""
     from learner.checkpoint import load_checkpoint
 
     if configs:
-        return referee_game({c.game: c.game for c in configs}), configs[0].eval.sims
+        return referee_spec({c.game: c.game for c in configs}), configs[0].eval.sims
     seen: dict[str, str] = {}
     sims = None
     for e in entrants:
@@ -416,24 +516,31 @@ def _game_of(entrants: Sequence[Entrant], configs: Sequence[Config] | None) -> t
         seen.setdefault(config["game"], e.name)
         if sims is None:
             sims = int(config.get("eval", {}).get("sims", 64))
-    return referee_game(seen), int(sims or 64)
+    return referee_spec(seen), int(sims or 64)
 
 
 def referee_game(seen: dict[str, str]) -> Game:
-    """The game that referees checkpoints of the games ``seen`` (game name -> a player of it, for
-    the error): their own, or where they differ only in encoding (go9 and go9-features), the
-    game of the rules they share; ConfigError when their rules differ."""
+    """The game that referees checkpoints of the games ``seen`` (``referee_spec``)."""
     from actors.games import make_game
 
+    return make_game(referee_spec(seen))
+
+
+def referee_spec(seen: dict[str, str]) -> str:
+    """The spec of the game that referees checkpoints of the games ``seen`` (game spec -> a
+    player of it, for the error): their own, or where they differ only in encoding (go9 and
+    go9-features), the game of the rules they share; ConfigError when their rules differ."""
+    from actors.games import make_game
+
+    if len(seen) == 1:
+        return next(iter(seen))
     games = {name: make_game(name) for name in seen}
-    if len(games) == 1:
-        return next(iter(games.values()))
     rules = {g.rules for g in games.values()}
     if len(rules) != 1:
         raise ConfigError(
             "the runs play different games: " + ", ".join(f"{g} ({n})" for g, n in seen.items())
         )
-    return make_game(rules.pop())
+    return rules.pop()
 
 
 def run_ladder_command(args: argparse.Namespace) -> int:
@@ -453,6 +560,7 @@ def run_ladder_command(args: argparse.Namespace) -> int:
         sample_moves=args.sample_moves,
         seed=args.seed,
         max_checkpoints=args.max_checkpoints,
+        jobs=args.jobs,
     )
     (out / "ratings.json").write_text(json.dumps(ratings_json(report), indent=1) + "\n")
     plot = draw_ladder(report, out / "ladder.png")
@@ -477,6 +585,9 @@ __all__ = [
     "fixed_player",
     "next_pair",
     "play_pair",
+    "play_record",
+    "referee_spec",
+    "store_record",
     "run_ladder",
     "run_ladder_command",
 ]
