@@ -26,6 +26,8 @@ GAMES = {
     "go9-features": 40,
     "go13": 8,
     "go19": 3,
+    "go13-features": 4,
+    "go19-features": 2,
     "chess": 10,  # its reference is the compiled rules (tests/test_chess_rules.py: oracles)
 }
 """Random games per game in tests/test_game_registry.py's lockstep (AZSERVE_RULES_SCALE

@@ -3,7 +3,8 @@
 ``make_game(spec)`` takes:
 
 - a built-in name: ``tictactoe``, ``connect4``, ``othello``, ``go9``, ``go13``, ``go19``,
-  ``go9-features`` (Go 9x9 with the liberty, ko and last-move planes), ``chess``;
+  ``go9-features``, ``go13-features``, ``go19-features`` (Go with the liberty, ko and
+  last-move planes), ``chess``;
 - a built-in name with its class's parameters, ``NAME(key=value,...)``: numbers only, e.g.
   ``chess(max_plies=256,history=1)``;
 - ``openspiel:NAME[(params)]``: any two-player, perfect-information OpenSpiel game through the
@@ -43,6 +44,8 @@ BUILTIN_GAMES: dict[str, str] = {
     "go13": "actors.games.go:Go13",
     "go19": "actors.games.go:Go19",
     "go9-features": "actors.games.go_features:GoFeatures",
+    "go13-features": "actors.games.go_features:GoFeatures13",
+    "go19-features": "actors.games.go_features:GoFeatures19",
     "chess": "actors.games.chess:Chess",
 }
 """Built-in game names -> ``module:Class`` (imported when first asked for)."""

@@ -94,4 +94,18 @@ class GoFeatures(Go):
         return out.reshape(PLANES, n, n)
 
 
-__all__ = ["LAST", "PLANES", "GoFeatureState", "GoFeatures"]
+class GoFeatures13(GoFeatures):
+    """Go 13x13 with the feature planes (the built-in ``go13-features``)."""
+
+    def __init__(self, komi: float = 7.5) -> None:
+        super().__init__(13, komi)
+
+
+class GoFeatures19(GoFeatures):
+    """Go 19x19 with the feature planes (the built-in ``go19-features``)."""
+
+    def __init__(self, komi: float = 7.5) -> None:
+        super().__init__(19, komi)
+
+
+__all__ = ["LAST", "PLANES", "GoFeatureState", "GoFeatures", "GoFeatures13", "GoFeatures19"]

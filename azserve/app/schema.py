@@ -126,8 +126,9 @@ class Config:
 
     game: str = "connect4"
     """The game: a built-in name (``tictactoe``, ``connect4``, ``othello``, ``go9``, ``go13``,
-    ``go19``, ``go9-features``), ``openspiel:NAME``, or ``module:Class`` / ``file.py:Class`` for a game of your
-    own (docs/games.md)."""
+    ``go19``, ``go9-features``, ``go13-features``, ``go19-features``, ``chess``),
+    ``openspiel:NAME``, or ``module:Class`` / ``file.py:Class`` for a game of your own
+    (docs/games.md)."""
     net: NetConfig = field(default_factory=NetConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
