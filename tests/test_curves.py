@@ -100,6 +100,30 @@ def test_candidates_are_named_and_must_play_one_game() -> None:
         load_candidates([str(TTT), str(REPO / "configs" / "connect4-puct.toml")], [], [])
 
 
+def test_arms_of_one_config_take_their_own_overrides() -> None:
+    """``--set-in LABEL KEY=VALUE``: one config, an arm per part, each arm's own values after
+    the shared ``--set``; an encoding of the same rules may join (go9-features with go9),
+    another game may not."""
+    go9 = str(REPO / "configs" / "go9.toml")
+    cands = load_candidates(
+        [go9, go9, go9],
+        ["base", "features", "pooling"],
+        ["eval.sims=8", "net.blocks=2"],
+        [("features", "game=go9-features"), ("pooling", "net.global_pool_every=1"),
+         ("pooling", "net.blocks=3")],
+    )  # fmt: skip
+    base, features, pooling = (c.config for c in cands)
+    assert (base.game, features.game, pooling.game) == ("go9", "go9-features", "go9")
+    assert features.net.in_channels == 11 and base.net.in_channels == 4
+    assert (base.net.global_pool_every, pooling.net.global_pool_every) == (0, 1)
+    assert (base.net.blocks, pooling.net.blocks) == (2, 3)  # the arm's value after --set
+    assert all(c.config.eval.sims == 8 for c in cands)
+    with pytest.raises(ConfigError, match=r"--set-in pool: no candidate .*labels: base, features"):
+        load_candidates([go9, go9], ["base", "features"], [], [("pool", "net.blocks=1")])
+    with pytest.raises(ConfigError, match="plays othello, .* plays go9 .other rules"):
+        load_candidates([go9, go9], [], [], [("go9-1", "game=othello")])
+
+
 def fake_run(run_dir: Path, cfg, count: int) -> None:  # type: ignore[no-untyped-def]
     """A finished run's files: real checkpoints of the tiny-budget net at steps 10, 20, ...
     metrics rows, one periodic raw-policy evaluation, and ``summary.json``."""

@@ -94,6 +94,14 @@ def register(sub: Any, common: Common) -> None:
         metavar="SECTION.KEY=VALUE",
         help="override one config value in every candidate (repeatable)",
     )
+    p.add_argument(
+        "--set-in",
+        nargs=2,
+        action="append",
+        metavar=("LABEL", "SECTION.KEY=VALUE"),
+        help="override one config value in the candidate LABEL only, after --set (repeatable): "
+        "one config, several arms",
+    )
     p.add_argument("--log-level", type=log_level, default="INFO", help="DEBUG, INFO, ...")
     p.add_argument("--run-dir", required=True, help="one run directory per candidate goes here")
     p.add_argument(
@@ -123,6 +131,15 @@ def register(sub: Any, common: Common) -> None:
         help="games on the candidates' shared rating ladder (RUN_DIR/ladder, random at 0 Elo): "
         "Elo against time in ladder.png, for every game; a rerun adds as many (0: none)",
     )
+    p.add_argument(
+        "--ladder-anchor",
+        dest="ladder_anchors",
+        action="append",
+        help="a fixed opponent on that ladder, as azserve ladder's --anchor (repeatable; "
+        "default: random)",
+    )
+    p.add_argument("--ladder-jobs", type=int_in(1, 256), default=1,
+                   help="ladder games played at once, one process each")  # fmt: skip
     p.set_defaults(run=_compare)
 
     p = sub.add_parser("analyze", help="JSON-lines analysis engine (stdin -> stdout)")

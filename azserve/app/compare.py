@@ -18,6 +18,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,18 +42,39 @@ class Candidate:
     """The config, with ``--set`` applied."""
 
 
-def load_candidates(paths: list[str], labels: list[str], overrides: list[str]) -> list[Candidate]:
-    """Candidates from config files (labels default to the files' stems, made unique)."""
+def load_candidates(
+    paths: list[str],
+    labels: list[str],
+    overrides: list[str],
+    own: Sequence[tuple[str, str]] = (),
+) -> list[Candidate]:
+    """Candidates from config files (labels default to the files' stems, made unique), with
+    ``overrides`` applied to every one and each ``own`` (label, ``SECTION.KEY=VALUE``) to its
+    label's alone, after them. Their games must play the same rules (``Game.rules``: go9 and
+    go9-features meet on one ladder)."""
+    from actors.games import make_game
+
     if labels and len(labels) != len(paths):
         raise ConfigError(f"--label given {len(labels)} times for {len(paths)} --config files")
-    out: list[Candidate] = []
+    names: list[str] = []
     for i, path in enumerate(paths):
         label = labels[i] if labels else Path(path).stem
-        if any(c.label == label for c in out):
-            label = f"{label}-{i}"
-        cfg = load_config(path, overrides)
+        names.append(f"{label}-{i}" if label in names else label)
+    unknown = sorted({label for label, _ in own} - set(names))
+    if unknown:
+        raise ConfigError(
+            f"--set-in {unknown[0]}: no candidate has that label (labels: {', '.join(names)})"
+        )
+    out: list[Candidate] = []
+    for path, label in zip(paths, names):
+        mine = [kv for lab, kv in own if lab == label]
+        cfg = load_config(path, [*overrides, *mine])
         if out and cfg.game != out[0].config.game:
-            raise ConfigError(f"{path}: plays {cfg.game}, {paths[0]} plays {out[0].config.game}")
+            first = out[0].config.game
+            if make_game(cfg.game).rules != make_game(first).rules:
+                raise ConfigError(
+                    f"{path}: plays {cfg.game}, {paths[0]} plays {first} (other rules)"
+                )
         out.append(Candidate(label, cfg))
     return out
 
@@ -65,14 +87,17 @@ def run_comparison(
     progress: bool = False,
     score: bool = True,
     ladder_games: int = 0,
+    anchors: Sequence[str] = ("random",),
+    ladder_jobs: int = 1,
 ) -> dict[str, Any]:
     """Train each candidate for ``minutes``, score its kept checkpoints (unless not
     ``score``: then only the evaluations the runs made themselves are drawn), draw the curves;
     returns (and writes as ``compare.json``) the figures per candidate. ``keep_every``
     overrides ``checkpoint.keep_every``: how densely the MCTS curve is sampled.
     ``ladder_games`` > 0: that many more games on the candidates' shared ladder
-    (``RUN_DIR/ladder``, random play at 0 Elo), drawn as Elo against time in ``ladder.png``,
-    every game included: the curve of games without benchmark positions (Go, Othello)."""
+    (``RUN_DIR/ladder``, with ``anchors``, random play at 0 Elo; ``ladder_jobs`` games at
+    once), drawn as Elo against time in ``ladder.png``, every game included: the curve of
+    games without benchmark positions (Go, Othello)."""
     # The supervisor pulls in the process tree: imported only when something is trained.
     from azserve.app.train import CONFIG_ERROR_EXIT, run_training
 
@@ -103,7 +128,7 @@ def run_comparison(
     runs = {c.label: read_run(out_dir / c.label) for c in candidates}
     figures = {c.label: summarize(runs[c.label], out_dir / c.label) for c in candidates}
     if ladder_games > 0:
-        for label, rating in rate(candidates, out_dir, ladder_games).items():
+        for label, rating in rate(candidates, out_dir, ladder_games, anchors, ladder_jobs).items():
             figures[label]["elo"] = rating
     (out_dir / "compare.json").write_text(json.dumps(figures, indent=1) + "\n")
     for label, points in runs.items():
@@ -123,9 +148,15 @@ def run_comparison(
     return figures
 
 
-def rate(candidates: list[Candidate], out_dir: Path, games: int) -> dict[str, dict[str, Any]]:
-    """``games`` more games on the candidates' ladder; each candidate's newest checkpoint's
-    rating (``elo``, ``lo``, ``hi``, ``step``, ``hours``)."""
+def rate(
+    candidates: list[Candidate],
+    out_dir: Path,
+    games: int,
+    anchors: Sequence[str] = ("random",),
+    jobs: int = 1,
+) -> dict[str, dict[str, Any]]:
+    """``games`` more games on the candidates' ladder (``jobs`` at once); each candidate's
+    newest checkpoint's rating (``elo``, ``lo``, ``hi``, ``step``, ``hours``)."""
     from azserve.app.ladder import run_ladder
     from azserve.app.ladder_output import draw_ladder, ratings_json, table
 
@@ -136,10 +167,11 @@ def rate(candidates: list[Candidate], out_dir: Path, games: int) -> dict[str, di
     ladder_dir = out_dir / "ladder"
     report = run_ladder(
         [str(out_dir / c.label) for c in have],
-        ["random"],
+        list(anchors),
         ladder_dir,
         games,
         configs=[c.config for c in have],
+        jobs=jobs,
     )
     (ladder_dir / "ratings.json").write_text(json.dumps(ratings_json(report), indent=1) + "\n")
     title = f"{candidates[0].config.game}: Elo against training, random = 0"
@@ -301,7 +333,9 @@ def _pct(rates: dict[str, float] | None) -> str:
 
 def run_compare(args: Any) -> int:
     """The ``azserve compare`` main."""
-    candidates = load_candidates(args.config, args.label or [], args.overrides)
+    candidates = load_candidates(
+        args.config, args.label or [], args.overrides, [tuple(x) for x in args.set_in or []]
+    )
     figures = run_comparison(
         candidates,
         Path(args.run_dir),
@@ -310,6 +344,8 @@ def run_compare(args: Any) -> int:
         not args.no_progress,
         score=not args.no_score,
         ladder_games=args.ladder_games,
+        anchors=args.ladder_anchors or ["random"],
+        ladder_jobs=args.ladder_jobs,
     )
     print(format_table(figures), flush=True)
     return 0
