@@ -43,6 +43,7 @@ TORCH_ALLOWED = (
     "azserve.app.uci",  # the same, for chess
     "azserve.app.match",  # the same
     "azserve.app.ladder",  # the same
+    "azserve.app.jobs",  # one torch thread per worker process of match and ladder
     "azserve.app.train",
     "azserve.app.compare",  # scores checkpoints in-process, as train does
     "azserve.app.bench",

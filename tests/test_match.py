@@ -57,11 +57,14 @@ def replay_sgf(text: str) -> list[int]:
     return moves
 
 
-def run_match(tmp_path: Path, opponent: str, games: int) -> tuple[dict, str]:
-    go_checkpoint(tmp_path / "run")
-    out = tmp_path / "out"
+def run_match(
+    tmp_path: Path, opponent: str, games: int, *extra: str, out_name: str = "out"
+) -> tuple[dict, str]:
+    if not (tmp_path / "run").exists():
+        go_checkpoint(tmp_path / "run")
+    out = tmp_path / out_name
     argv = ["match", "--checkpoint", str(tmp_path / "run"), "--opponent", opponent,
-            "--games", str(games), "--sims", "2", "--out", str(out)]  # fmt: skip
+            "--games", str(games), "--sims", "2", "--out", str(out), *extra]  # fmt: skip
     p = subprocess.run(azserve_cmd(*argv), capture_output=True, text=True, timeout=400)
     assert p.returncode == 0, p.stderr
     summary = json.loads(p.stdout)
@@ -85,8 +88,10 @@ def check_complete(summary: dict, out: Path, games: int) -> None:
 
 @pytest.mark.skipif(GNUGO is None, reason="GnuGo not installed (Debian: apt-get install gnugo; "
                     "make test installs it as root)")  # fmt: skip
-def test_a_match_against_real_gnugo(tmp_path: Path) -> None:
-    summary, err = run_match(tmp_path, "gnugo --mode gtp --level 0", 2)
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_match_against_real_gnugo(tmp_path: Path, jobs: int) -> None:
+    """With ``--jobs 2`` both games at once, each worker with its own GnuGo."""
+    summary, err = run_match(tmp_path, "gnugo --mode gtp --level 0", 2, "--jobs", str(jobs))
     check_complete(summary, tmp_path / "out", 2)
     assert summary["opponent"] == "gnugo --mode gtp --level 0"
     assert summary["opponent_command"] == (
@@ -115,6 +120,23 @@ def test_a_match_against_our_own_gtp_engine(tmp_path: Path) -> None:
         assert "the referee (Tromp-Taylor as the stones stand)" in d["why"], d
     for i, result in enumerate(summary["results"]):
         assert replay_sgf((tmp_path / "out" / f"game-{i:04d}.sgf").read_text()), result
+
+
+def test_jobs_play_the_games_one_job_plays(tmp_path: Path) -> None:
+    """Each game's players are seeded by the match's seed and the game's number: two jobs
+    (worker processes, games finishing in any order) play the very games one job plays, and
+    match.json lists them in order."""
+    one, _ = run_match(tmp_path, "random", 6, out_name="one")
+    two, err = run_match(tmp_path, "random", 6, "--jobs", "2", out_name="two")
+    assert "6 games against random" in err and "2 games at a time" in err
+    check_complete(two, tmp_path / "two", 6)
+    assert two["results"] == one["results"] and two["as_black"] == one["as_black"]
+    for i in range(6):
+        a = replay_sgf((tmp_path / "one" / f"game-{i:04d}.sgf").read_text())
+        b = replay_sgf((tmp_path / "two" / f"game-{i:04d}.sgf").read_text())
+        assert a == b and len(a) > 10, i
+    assert len({tuple(replay_sgf((tmp_path / "one" / f"game-{i:04d}.sgf").read_text()))
+                for i in range(6)}) == 6  # fmt: skip
 
 
 def test_a_missing_opponent_is_one_line(tmp_path: Path) -> None:

@@ -251,9 +251,13 @@ def register(sub: Any, common: Common) -> None:
         default=4,
         help="our first N moves drawn by visit count, so that games differ",
     )
-    p.add_argument("--seed", type=int_in(0), default=0, help="seed of those draws")
+    p.add_argument("--seed", type=int_in(0), default=0,
+                   help="seed of those draws (each game's from it and its number)")  # fmt: skip
     p.add_argument("--out", default="match", help="directory for the SGF files and match.json")
     p.add_argument("--json", help="write the summary here too")
+    p.add_argument("--jobs", type=int_in(1, 256), default=1,
+                   help="games played at once, each in its own process on a core of its own, "
+                   "with its own opponent engine; 1 plays them in this process")  # fmt: skip
     p.set_defaults(run=_match)
 
     p = sub.add_parser(
@@ -286,8 +290,8 @@ def register(sub: Any, common: Common) -> None:
                    "seed derives from it, its pair and its number)")  # fmt: skip
     p.add_argument("--out", help="the ladder's directory (default: the first RUN/ladder)")
     p.add_argument("--jobs", type=int_in(1, 256), default=1,
-                   help="games played at once, each in its own process on a core of its own "
-                   "(default 1: one at a time, in this process)")  # fmt: skip
+                   help="games played at once, each in its own process on a core of its own; "
+                   "1 plays them one at a time in this process")  # fmt: skip
     p.set_defaults(run=_ladder)
 
     from azserve.app.bench.cli import register as register_bench

@@ -356,7 +356,7 @@ def run_ladder(
     """Play up to ``games`` new games (and for at most ``minutes``, 0 = no limit), then fit.
     ``configs``: each run's config (as ``azserve compare`` knows them), else each checkpoint's
     own. ``jobs`` > 1: that many games at once, each in a worker process
-    (``azserve.app.ladder_jobs``)."""
+    (``azserve.app.jobs``, ``LadderJob``)."""
     from actors.games import make_game
 
     if not run_dirs:
@@ -394,10 +394,10 @@ def run_ladder(
                 flush=True,
             )
         if jobs > 1:
-            from azserve.app.ladder_jobs import GamePool, Setup
+            from azserve.app.jobs import GamePool
 
-            setup = Setup(spec, sims, sample_moves, str(out), entrants, by_path)
-            pool = GamePool(jobs, setup)
+            setup = JobSetup(spec, sims, sample_moves, str(out), entrants, by_path)
+            pool = GamePool(jobs, LadderJob, setup)
             try:
                 _play_in_jobs(pool, store, entrants, by_name, zero, seed, deadline, tally)
             finally:
@@ -477,7 +477,7 @@ def _play_in_jobs(
     deadline: float,
     tally: _Tally,
 ) -> None:
-    """Keep every worker of ``pool`` (``ladder_jobs.GamePool``) busy with the pair that
+    """Keep every worker of ``pool`` (``azserve.app.jobs.GamePool`` of ``LadderJob``) busy with the pair that
     informs the fit most among those not being played, storing each game as it ends; the
     games in flight at the deadline are finished and stored."""
     while True:
@@ -488,7 +488,7 @@ def _play_in_jobs(
             pair = next_pair(entrants, ratings, store.counts, pool.busy)
             if pair is None:
                 break
-            pool.submit(pair, store.next_k(pair), seed)
+            pool.submit(pair, {"pair": list(pair), "k": store.next_k(pair), "seed": seed})
         if not pool.busy:
             return
         for _pair, answer in pool.finished(timeout=1.0):
@@ -497,6 +497,46 @@ def _play_in_jobs(
             else:
                 store_record(store, answer["record"], answer["sgf"])
                 tally.stored(answer["record"])
+
+
+@dataclass(frozen=True)
+class JobSetup:
+    """What each ``--jobs`` worker builds its ``Roster`` from."""
+
+    game: str
+    """The referee's game spec (``make_game``)."""
+    sims: int
+    sample_moves: int
+    log_dir: str
+    entrants: list[Entrant]
+    configs: dict[str, Config]
+    """Checkpoint path -> its run's config, as ``Roster`` takes them."""
+
+
+class LadderJob:
+    """A ``--jobs`` worker's games (``azserve.app.jobs``): task ``{pair, k, seed}``, answer
+    ``{record, sgf}``, or ``{error}`` when a player failed (the game is not stored; the failed
+    engine is restarted for its next game)."""
+
+    def __init__(self, setup: JobSetup) -> None:
+        from actors.games import make_game
+
+        self.roster = Roster(make_game(setup.game), setup.sims, setup.sample_moves,
+                             Path(setup.log_dir), setup.configs)  # fmt: skip
+        self.by_name = {e.name: e for e in setup.entrants}
+
+    def play(self, task: dict[str, Any]) -> dict[str, Any]:
+        pair = (task["pair"][0], task["pair"][1])
+        try:
+            record, sgf_text = play_record(self.roster, self.by_name, pair, task["k"], task["seed"])
+        except PlayerError as e:
+            for n in pair:
+                self.roster.drop(self.by_name[n])
+            return {"error": str(e)}
+        return {"record": record, "sgf": sgf_text}
+
+    def close(self) -> None:
+        self.roster.close()
 
 
 def _game_of(entrants: Sequence[Entrant], configs: Sequence[Config] | None) -> tuple[str, int]:

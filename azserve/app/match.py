@@ -17,15 +17,24 @@ import datetime
 import json
 import math
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from actors.games import Game
 from actors.games.chess import Chess
 from azserve.app.chess_players import pgn, pgn_result
-from azserve.app.players import RESIGN, AgentPlayer, Player, PlayerError, Refused, make_player
+from azserve.app.ladder_store import game_seed
+from azserve.app.players import (
+    RESIGN,
+    AgentPlayer,
+    Player,
+    PlayerError,
+    Refused,
+    make_player,
+    parse_spec,
+)
 from azserve.app.referee import GameRecord, play_game, sgf
 
 
@@ -118,41 +127,143 @@ def summarize(
     }
 
 
+@dataclass(frozen=True)
+class MatchSetup:
+    """What builds a match's players, in this process or in each ``--jobs`` worker."""
+
+    checkpoint: str
+    config: str | None
+    overrides: list[str]
+    opponent: str
+    sims: int | None
+    sample_moves: int
+    seed: int
+    log: str
+    """The opponent engine's log file."""
+
+
+class MatchPlayers:
+    """Our checkpoint and the opponent, and each game's pair of players. Every game's players
+    are seeded by the match's seed and the game's number (``game_seed``), so a game is the same
+    whoever plays it and whenever; only an engine process (GTP, UCI) is kept from game to game
+    (its own randomness is its own)."""
+
+    def __init__(self, setup: MatchSetup) -> None:
+        from azserve.app.agent import agent_from_checkpoint
+        from azserve.app.cli import newest_checkpoint_in
+        from azserve.app.gtp import identity
+
+        self.setup = setup
+        cfg, self.agent = agent_from_checkpoint(
+            setup.checkpoint, setup.config, setup.overrides, None
+        )
+        self.game = self.agent.game
+        self.sims = cfg.eval.sims if setup.sims is None else setup.sims
+        name = self.game.name
+        self.ours_name = f"azserve {identity(newest_checkpoint_in(setup.checkpoint), name)}"
+        self._theirs: tuple[Any, int, str] | None = None  # a checkpoint opponent's agent
+        self._engine: Player | None = None
+        kind, arg = parse_spec(setup.opponent)
+        if kind == "checkpoint":
+            file = newest_checkpoint_in(arg)
+            their_cfg, theirs = agent_from_checkpoint(file, None, (), name)
+            their_sims = their_cfg.eval.sims if setup.sims is None else setup.sims
+            self._theirs = (theirs, their_sims, f"azserve {identity(file, name)}")
+        elif kind in ("gtp", "uci"):
+            self._engine = make_player(setup.opponent, setup.seed, Path(setup.log))
+        self.opponent_name, self.opponent_command = self._describe()
+
+    def _describe(self) -> tuple[str, str]:
+        probe = self._engine or self.players(0)[1]
+        return probe.name, getattr(probe, "command", probe.name)
+
+    def players(self, i: int) -> tuple[Player, Player]:
+        """(ours, theirs) for game ``i``."""
+        s = game_seed(self.setup.seed, ("match", self.setup.opponent), i)
+        ours = AgentPlayer(self.agent, self.sims, self.setup.sample_moves, s, name=self.ours_name)
+        if self._engine is not None:
+            return ours, self._engine
+        if self._theirs is not None:
+            agent, sims, name = self._theirs
+            return ours, AgentPlayer(agent, sims, self.setup.sample_moves, s + 1, name=name)
+        return ours, make_player(self.setup.opponent, s + 1)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+        if self._theirs is not None:
+            self._theirs[0].close()
+        self.agent.close()
+
+
+class MatchJob:
+    """A ``--jobs`` worker's games (``azserve.app.jobs``): task ``{i}``, answer the game's
+    ``GameResult`` fields, or ``{error}`` when a player failed."""
+
+    def __init__(self, setup: MatchSetup) -> None:
+        self.players = MatchPlayers(setup)
+
+    def play(self, task: dict[str, Any]) -> dict[str, Any]:
+        i = int(task["i"])
+        ours, theirs = self.players.players(i)
+        try:
+            r = play_one(self.players.game, i, i % 2, ours, theirs)
+        except PlayerError as e:
+            return {"error": str(e)}
+        return {"result": asdict(r)}
+
+    def close(self) -> None:
+        self.players.close()
+
+
+def _games_here(players: MatchPlayers, games: int) -> Iterator[GameResult]:
+    for i in range(games):
+        ours, theirs = players.players(i)
+        yield play_one(players.game, i, i % 2, ours, theirs)
+
+
+def _games_in_jobs(setup: MatchSetup, games: int, jobs: int) -> Iterator[GameResult]:
+    """The games as they end, ``jobs`` at a time, each in a worker process."""
+    from azserve.app.jobs import GamePool
+
+    pool = GamePool(jobs, MatchJob, setup)
+    try:
+        nxt = 0
+        while nxt < games or pool.busy:
+            while pool.idle() and nxt < games:
+                pool.submit(nxt, {"i": nxt})
+                nxt += 1
+            for i, answer in pool.finished(timeout=1.0):
+                if "error" in answer:
+                    raise PlayerError(f"game {i + 1}: {answer['error']}")
+                yield GameResult(**answer["result"])
+    finally:
+        pool.close()
+
+
 def run_match(args: argparse.Namespace) -> int:
     """The ``azserve match`` main."""
     import torch
 
-    from azserve.app.agent import agent_from_checkpoint
     from azserve.app.bench.cli import emit
-    from azserve.app.cli import newest_checkpoint_in
-    from azserve.app.gtp import identity
 
     # One position at a time: a second thread only adds overhead, and with another engine
     # (or a second match) on the cores, torch's spinning threads slowed a Go game 40-fold
     # (205 s against 5 s, measured).
     torch.set_num_threads(1)
-    cfg, agent = agent_from_checkpoint(args.checkpoint, args.config, args.overrides, None)
-    game = agent.game
-    sims = cfg.eval.sims if args.sims is None else args.sims
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-
-    def checkpoint_player(path: str, seed: int) -> Player:
-        file = newest_checkpoint_in(path)
-        their_cfg, theirs = agent_from_checkpoint(file, None, (), game.name)
-        their_sims = their_cfg.eval.sims if args.sims is None else args.sims
-        name = f"azserve {identity(file, game.name)}"  # two nets' games tell them apart
-        return AgentPlayer(theirs, their_sims, args.sample_moves, seed + 1, name=name)
-
-    opponent = make_player(
-        args.opponent, args.seed, out_dir / "opponent.log", agent_player=checkpoint_player
-    )
-    ours_name = f"azserve {identity(newest_checkpoint_in(args.checkpoint), game.name)}"
-    ours = AgentPlayer(agent, sims, args.sample_moves, args.seed, name=ours_name)
-    as_run = getattr(opponent, "command", opponent.name)
+    jobs = getattr(args, "jobs", 1)
+    setup = MatchSetup(
+        str(args.checkpoint), args.config, list(args.overrides), args.opponent, args.sims,
+        args.sample_moves, args.seed, str(out_dir / "opponent.log"),
+    )  # fmt: skip
+    players = MatchPlayers(setup)  # here too: names, and the games when one job plays them
+    game = players.game
     print(
-        f"azserve match: {game.name}, {args.games} games against {as_run}, "
-        f"{sims} simulations per move; games in {out_dir}",
+        f"azserve match: {game.name}, {args.games} games against {players.opponent_command}, "
+        f"{players.sims} simulations per move; games in {out_dir}"
+        + (f"; {jobs} games at a time" if jobs > 1 else ""),
         file=sys.stderr,
         flush=True,
     )
@@ -161,11 +272,16 @@ def run_match(args: argparse.Namespace) -> int:
     result_text = pgn_result if isinstance(game, Chess) else (lambda r: r.result)
     results: list[GameResult] = []
     try:
-        for i in range(args.games):
-            our_color = i % 2
-            r = play_one(game, i, our_color, ours, opponent)
+        if jobs > 1:
+            players.close()  # the workers build their own
+            stream = _games_in_jobs(setup, args.games, jobs)
+        else:
+            stream = _games_here(players, args.games)
+        for r in stream:
+            i, our_color = r.index, r.our_color
             results.append(r)
-            names = [ours.name, opponent.name] if our_color == 0 else [opponent.name, ours.name]
+            them = players.opponent_name
+            names = [players.ours_name, them] if our_color == 0 else [them, players.ours_name]
             if isinstance(game, Chess):
                 (out_dir / f"game-{i:04d}.pgn").write_text(
                     pgn(game, r, names[0], names[1], date=today)
@@ -195,21 +311,23 @@ def run_match(args: argparse.Namespace) -> int:
                 flush=True,
             )
     finally:
-        opponent.close()
-    summary = summarize(results, opponent.name, sides, result_text)
+        if jobs <= 1:
+            players.close()
+    results.sort(key=lambda r: r.index)
+    summary = summarize(results, players.opponent_name, sides, result_text)
     summary.update(
         checkpoint=str(args.checkpoint),
         game=game.name,
-        sims=sims,
+        sims=players.sims,
         out=str(out_dir),
-        opponent_command=as_run,
+        opponent_command=players.opponent_command,
     )
     (out_dir / "match.json").write_text(json.dumps(summary, indent=1) + "\n")
     emit(summary, args.json)
     lo, hi = summary["ci95"]
     print(
         f"azserve match: {summary['wins']}-{summary['draws']}-{summary['losses']} "
-        f"(win-draw-loss) against {opponent.name}: win rate {summary['win_rate']:.3f}, "
+        f"(win-draw-loss) against {players.opponent_name}: win rate {summary['win_rate']:.3f}, "
         f"95% CI {lo:.3f}-{hi:.3f}; forfeits ours {summary['forfeits']['ours']}, "
         f"theirs {summary['forfeits']['theirs']}; disputed {summary['disputed']}",
         file=sys.stderr,
@@ -220,6 +338,9 @@ def run_match(args: argparse.Namespace) -> int:
 __all__ = [
     "RESIGN",
     "GameResult",
+    "MatchJob",
+    "MatchPlayers",
+    "MatchSetup",
     "PlayerError",
     "Refused",
     "play_one",
