@@ -33,7 +33,7 @@ class ActorCollector:
             ("azserve_actor_resigned", "Games ended by resignation", st.resigned),
             (
                 "azserve_actor_adjudicated",
-                "Games drawn at the ply cap counted as won",
+                "Drawn games counted as won by adjudication",
                 st.adjudicated,
             ),
             ("azserve_actor_trajectories_sent", "Trajectories sent", sent.sent),

@@ -81,6 +81,12 @@ class MCTSConfig:
     ``max_plies``): a win for the side ahead by at least this much (chess: material in pawns),
     else the draw; 0 keeps the draw. Training results only: matches, the ladder and the
     in-tree search keep the rules' draw."""
+    adjudicate_repetitions: bool = False
+    """With ``cap_win_margin``: games drawn by threefold repetition or the 50-move rule are
+    judged the same way (never a stalemate or a dead position)."""
+    adjudicated_value: float = 1.0
+    """The result an adjudicated win counts as (its loser gets minus this): below 1, a mate
+    is worth more than a lead at the end, so the search still plays for the mate."""
     algorithm: Literal["puct", "gumbel"] = "puct"
     """Self-play search: AlphaZero's PUCT (this module) or Gumbel AlphaZero (actors/gumbel.py)."""
     num_sampled_actions: int = 16
@@ -120,6 +126,8 @@ class MCTSConfig:
             raise ValueError(f"no_resign_fraction must be in [0, 1], got {self.no_resign_fraction}")
         if self.cap_win_margin < 0:
             raise ValueError(f"cap_win_margin must be >= 0, got {self.cap_win_margin}")
+        if not 0.0 < self.adjudicated_value <= 1.0:
+            raise ValueError(f"adjudicated_value must be in (0, 1], got {self.adjudicated_value}")
         if self.gumbel_opening not in ("halving", "target"):
             raise ValueError(
                 f"gumbel_opening must be 'halving' or 'target', got {self.gumbel_opening!r}"

@@ -52,7 +52,7 @@ class SelfPlayStats:
     false_resign: int = 0
     """No-resign games where the side that would have resigned did not lose (calibration)."""
     adjudicated: int = 0
-    """Games drawn at the ply cap that counted as won (``mcts.cap_win_margin``)."""
+    """Drawn games that counted as won (``mcts.cap_win_margin``); in ``results`` as wins."""
     results: dict[int, int] = field(default_factory=lambda: {1: 0, 0: 0, -1: 0})
     """First player's outcomes: +1 win, 0 draw, -1 loss."""
     loop_lag_ms: float = 0.0
@@ -254,13 +254,13 @@ async def play_game(
             state = game.apply(state, action)
             mcts.advance(action)
             move += 1
-    first_result, adjudicated = game_result(game, state, resigner, mcts_cfg.cap_win_margin)
+    first_result, adjudicated = game_result(game, state, resigner, mcts_cfg)
     movers_a = np.array(movers, dtype=np.int64)
     outcome = np.where(movers_a == 0, first_result, -first_result).astype(np.float32)
     stats.games += 1
     stats.positions += len(obs)
     stats.moves += move
-    stats.results[int(first_result)] += 1
+    stats.results[int(np.sign(first_result))] += 1
     stats.resigned += resigner is not None
     stats.adjudicated += adjudicated
     if not resign_allowed:
@@ -285,21 +285,23 @@ async def play_game(
 
 
 def game_result(
-    game: Game, final: State, resigner: int | None, cap_win_margin: float = 0.0
+    game: Game, final: State, resigner: int | None, cfg: MCTSConfig | None = None
 ) -> tuple[float, bool]:
-    """The first player's result (+1, 0, -1) of a game that ended at ``final`` (or with
-    ``resigner``'s resignation), and whether it was adjudicated: with ``cap_win_margin`` > 0 a
-    draw at the game's ply cap goes to the side ahead by at least that much
-    (``Game.cap_score``)."""
+    """The first player's result of a game that ended at ``final`` (or with ``resigner``'s
+    resignation): +1, 0, -1, or an adjudicated win's ``cfg.adjudicated_value``; and whether it
+    was adjudicated: with ``cfg.cap_win_margin`` > 0 a draw at the game's ply cap (and with
+    ``cfg.adjudicate_repetitions`` one by repetition or the 50-move rule) goes to the side
+    ahead by at least that much (``Game.cap_score``)."""
     if resigner is not None:
         return (-1.0 if resigner == 0 else 1.0), False
     # terminal_value is for the side to move at the end; turn it into the first player's.
     tv = game.terminal_value(final)
     adjudicated = False
-    if cap_win_margin > 0:
-        lead = game.cap_score(final)
-        if lead is not None and abs(lead) >= cap_win_margin:
-            tv, adjudicated = (1.0 if lead > 0 else -1.0), True
+    if cfg is not None and cfg.cap_win_margin > 0:
+        lead = game.cap_score(final, cfg.adjudicate_repetitions)
+        if lead is not None and abs(lead) >= cfg.cap_win_margin:
+            tv = cfg.adjudicated_value if lead > 0 else -cfg.adjudicated_value
+            adjudicated = True
     return (tv if game.to_play(final) == 0 else -tv), adjudicated
 
 

@@ -329,23 +329,75 @@ def test_cap_score_is_the_material_lead_of_a_draw_at_the_cap() -> None:
 
 def test_self_play_results_at_the_cap() -> None:
     """``game_result``: a draw at the cap goes to the side ahead by ``cap_win_margin`` or
-    more, as the first player's result; a resignation, a mate and a smaller lead are as
-    before; 0 turns it off."""
+    more, as the first player's result (``adjudicated_value`` of a win); a resignation, a
+    mate and a smaller lead are as before; 0 turns it off. Repetition and 50-move draws only
+    with ``adjudicate_repetitions``."""
     from actors.selfplay import game_result
+
+    def cfg(margin: float, value: float = 1.0, repetitions: bool = False) -> MCTSConfig:
+        return MCTSConfig(cap_win_margin=margin, adjudicated_value=value,
+                          adjudicate_repetitions=repetitions)  # fmt: skip
 
     chess = Chess(max_plies=3, history=0)
     s = chess.initial_state()
     for m in ["e2e4", "d7d5", "e4d5"]:  # black to move at the cap, a pawn down
         s = chess.apply(s, chess.parse_uci(s, m))
     assert game_result(chess, s, None) == (0.0, False)
-    assert game_result(chess, s, None, 1.0) == (1.0, True)  # white, the first player, wins
-    assert game_result(chess, s, None, 1.5) == (0.0, False)
-    assert game_result(chess, s, 0, 1.0) == (-1.0, False)  # white resigned: resignation stands
+    assert game_result(chess, s, None, cfg(0.0)) == (0.0, False)
+    assert game_result(chess, s, None, cfg(1.0)) == (1.0, True)  # white, the first, wins
+    assert game_result(chess, s, None, cfg(1.0, 0.5)) == (0.5, True)
+    assert game_result(chess, s, None, cfg(1.5)) == (0.0, False)
+    assert game_result(chess, s, 0, cfg(1.0)) == (-1.0, False)  # white resigned: it stands
     odd = Chess(max_plies=199, history=0)
     mate = odd.from_fen("7k/8/6K1/8/8/8/8/5Q2 w - - 0 100")
     mate = odd.apply(mate, odd.parse_uci(mate, "f1f8"))
-    assert game_result(odd, mate, None, 1.0) == (1.0, False)
+    assert game_result(odd, mate, None, cfg(1.0, 0.5)) == (1.0, False)  # a mate is worth 1
     stalemate = odd.from_fen("7k/5Q2/6K1/8/8/8/8/8 b - - 0 1")
-    assert game_result(odd, stalemate, None, 1.0) == (0.0, False)
+    assert game_result(odd, stalemate, None, cfg(1.0, 1.0, True)) == (0.0, False)
+    # Threefold repetition with black a rook up: adjudicated only when asked.
+    game = Chess(max_plies=256, history=0)
+    s = game.from_fen("4k3/8/8/3r4/8/8/8/4K3 w - - 0 1")
+    for m in ["e1f1", "e8f8", "f1e1", "f8e8"] * 2:
+        s = game.apply(s, game.parse_uci(s, m))
+    assert s.over and s.value == 0.0 and game.cap_score(s) is None
+    assert game.cap_score(s, repetitions=True) == -5.0  # white to move, a rook down
+    assert game_result(game, s, None, cfg(3.0)) == (0.0, False)
+    assert game_result(game, s, None, cfg(3.0, 0.5, True)) == (-0.5, True)
+    # The 50-move rule, a rook up: adjudicated; a dead position (a lone bishop) never.
+    fifty = game.from_fen("4k3/8/8/8/8/8/8/R3K3 w - - 99 80")
+    fifty = game.apply(fifty, game.parse_uci(fifty, "a1a2"))
+    assert fifty.over and game.cap_score(fifty, repetitions=True) == -5.0  # black to move
+    dead = game.from_fen("4k3/8/8/8/8/8/8/2B1K3 w - - 0 1")
+    assert dead.over and game.cap_score(dead, repetitions=True) is None
     with pytest.raises(ValueError, match="cap_win_margin must be >= 0"):
         MCTSConfig(cap_win_margin=-1.0)
+    with pytest.raises(ValueError, match="adjudicated_value must be in"):
+        MCTSConfig(adjudicated_value=0.0)
+
+
+def test_the_dead_position_rule_is_the_cores() -> None:
+    """``cap_score`` never adjudicates a dead position: its insufficient-material rule gives
+    the compiled core's verdict on every set of up to three minor pieces (both bishops'
+    colours, knights, both sides)."""
+    from itertools import combinations
+
+    from actors.games.chess import _sufficient_material
+
+    chess = Chess(max_plies=256, history=0)
+    pieces = [(2, "B"), (5, "B"), (1, "N"), (6, "N"), (58, "b"), (61, "b"), (57, "n"), (62, "n")]
+    checked = 0
+    for k in range(4):
+        for chosen in combinations(pieces, k):
+            board = ["."] * 64
+            board[4], board[60] = "K", "k"
+            for sq, p in chosen:
+                board[sq] = p
+            ranks = ["".join(board[r * 8 : r * 8 + 8]) for r in range(7, -1, -1)]
+            fen = "/".join(ranks).replace("........", "8") + " w - - 0 1"
+            for n in range(7, 0, -1):
+                fen = fen.replace("." * n, str(n))
+            s = chess.from_fen(fen)
+            mine = _sufficient_material(np.frombuffer(s.blob, np.uint8, 64))
+            assert mine == (not s.over), fen
+            checked += 1
+    assert checked == 93

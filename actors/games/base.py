@@ -146,11 +146,13 @@ class Game(abc.ABC):
         such targets (the default). ``s`` is a terminal state (``azserve.targets``)."""
         return None
 
-    def cap_score(self, s: State) -> float | None:
+    def cap_score(self, s: State, repetitions: bool = False) -> float | None:
         """Where ``s`` ended as a draw at the game's ply cap (an adjudication of ours, not the
-        game's own rules): how far the side to move is ahead, in the game's own units (chess:
-        material in pawns, P1 N3 B3 R5 Q9); None elsewhere, and for games with no such cap
-        (the default). Self-play's ``mcts.cap_win_margin`` turns it into a training result."""
+        game's own rules) or, with ``repetitions``, by a rule that stops a game still in play
+        (chess: threefold repetition, the 50-move rule): how far the side to move is ahead, in
+        the game's own units (chess: material in pawns, P1 N3 B3 R5 Q9); None elsewhere, and
+        for games with no such draws (the default). Self-play's ``mcts.cap_win_margin`` turns
+        it into a training result."""
         return None
 
     @abc.abstractmethod

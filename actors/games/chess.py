@@ -75,6 +75,24 @@ class ChessState(NamedTuple):
     """When over: the result for the side to move (+1, 0, -1); else 0."""
 
 
+def _sufficient_material(board: np.ndarray) -> bool:
+    """Whether mate can still happen (chess.c's rule, OpenSpiel's): a pawn, rook or queen; two
+    knights on a side; a knight with any other minor piece; bishops on both colours."""
+    codes = board[board > 0]
+    if np.isin(codes, (1, 4, 5, 7, 10, 11)).any():
+        return True
+    squares = np.flatnonzero(board)
+    knights = [int((codes == k).sum()) for k in (2, 8)]
+    bishops = [squares[board[squares] == k] for k in (3, 9)]
+    if max(knights) > 1:
+        return True
+    for side in (0, 1):
+        if knights[side] == 1:
+            return len(bishops[side]) + knights[1 - side] + len(bishops[1 - side]) > 0
+    dark = [(sq % 8 + sq // 8) % 2 == 0 for sq in (*bishops[0], *bishops[1])]  # a1 is dark
+    return any(dark) and not all(dark)
+
+
 class Move(NamedTuple):
     """A move on the board: squares ``rank * 8 + file`` (a1 = 0) and the promotion piece."""
 
@@ -156,14 +174,25 @@ class Chess(Game):
         planes = np.frombuffer(self._rules.encode(s.blob), dtype=np.uint8)
         return planes.reshape(self.obs_shape)
 
-    def cap_score(self, s: ChessState) -> float | None:
+    def cap_score(self, s: ChessState, repetitions: bool = False) -> float | None:
         """The side to move's material lead (P1 N3 B3 R5 Q9) where the game was drawn at
-        ``max_plies``; None for any other position (a mate at the cap keeps its result)."""
-        if not s.over or s.value != 0.0 or (s.blob[68] | s.blob[69] << 8) < self.max_plies:
+        ``max_plies`` or, with ``repetitions``, by threefold repetition or the 50-move rule;
+        None for any other end: a mate, a stalemate, a dead position (insufficient material)
+        keep their result."""
+        if not s.over or s.value != 0.0:
             return None
-        board = np.frombuffer(s.blob, np.uint8, 64)
+        b = s.blob
+        if (b[68] | b[69] << 8) < self.max_plies:
+            if not repetitions:
+                return None
+            threefold = bool(self.encode(s)[13].any())  # "stood three times": this position
+            if not threefold and b[67] < 100:
+                return None
+        board = np.frombuffer(b, np.uint8, 64)
+        if not _sufficient_material(board) or not self._rules.legal(b, b""):
+            return None
         lead = int(_MATERIAL[board].sum())  # white's
-        return float(lead if s.blob[64] == 0 else -lead)
+        return float(lead if b[64] == 0 else -lead)
 
     def symmetries(
         self, obs: np.ndarray, policy: np.ndarray

@@ -71,6 +71,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "mcts.resign_min_moves": (0, 1 << 20),
     "mcts.no_resign_fraction": (0.0, 1.0),
     "mcts.cap_win_margin": (0.0, INF),
+    "mcts.adjudicated_value": (0.0, 1.0),
     "mcts.num_sampled_actions": (1, 1 << 20),
     "mcts.c_visit": (0.0, INF),
     "mcts.c_scale": (0.0, INF),
