@@ -17,7 +17,7 @@ from azserve.backends import BackendConfig, make_backend
 from azserve.backends.synthetic import projection, synthetic_outputs
 from azserve.errors import VersionUnavailable
 from tests.conftest import NET, MakeClient, MakeServer, positions
-from tests.test_selfplay import ListSink
+from tests.test_selfplay import ListSink, ResultSink
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -130,3 +130,41 @@ async def test_simulations_are_counted_as_the_search_goes(
     first = [n for n in seen if n < 16]
     assert first == sorted(first) and len(set(first)) > 8
     assert stats.evaluations == len(seen)
+
+
+async def test_chess_self_play_on_the_synthetic_backend(make_client: MakeClient) -> None:
+    """A wide game (chess, 4,672 actions) on the synthetic backend: one row hash per position,
+    not a projection to every output, so a batch costs milliseconds; sparse replies, as for a
+    network, carry the legal moves' logits only and they are the dense outputs' own."""
+    from actors.compiled_mcts import core
+    from actors.games import make_game
+    from azserve import InferenceServer, sparse
+    from azserve.model.spec import NetConfig
+    from azserve.server.dispatch import InitialWeights
+    from tests.conftest import server_config
+
+    if core is None:
+        pytest.skip("chess needs the compiled core")
+    game = make_game("chess(max_plies=16,history=1)")
+    c, h, w = game.obs_shape
+    net = NetConfig(in_channels=c, height=h, width=w, num_actions=game.num_actions)
+    backend = make_backend(net, BackendConfig(kind="synthetic"))
+    server = InferenceServer(server_config("tcp://127.0.0.1:*"), net.spec, backend)
+    await server.start(InitialWeights(0, b"synthetic: not read"))
+    try:
+        client = await make_client(server.endpoint)
+        sink = ResultSink()  # chess's policies travel sparse
+        cfg = ActorsConfig(games=8, max_games=8, sink="null", status_interval_s=0)
+        mcts = MCTSConfig(algorithm="gumbel", num_simulations=8, num_sampled_actions=8)
+        sp = SelfPlay("chess(max_plies=16,history=1)", cfg, mcts, client, sink, "t")
+        stats = await asyncio.wait_for(sp.run(asyncio.Event()), 50)
+        assert stats.games >= 8 and stats.evaluations > 0
+        assert client.stats.sparse_messages == client.stats.messages > 0
+        s = game.apply(game.initial_state(), game.legal_actions(game.initial_state())[0])
+        legal = np.array(game.legal_actions(s))
+        offsets, actions = sparse.ragged([legal])
+        flat, _ = await client.evaluate_rows(game.encode(s)[None], -1, (offsets, actions))
+        dense, _ = synthetic_outputs(game.encode(s)[None], projection(game.obs_shape, 4672))
+        np.testing.assert_allclose(flat, dense[0, legal], atol=2e-3)  # float16 on the wire
+    finally:
+        await server.aclose()
