@@ -203,7 +203,8 @@ def test_render_and_registry() -> None:
     assert isinstance(make_game("tictactoe"), TicTacToe)
     with pytest.raises(
         ValueError,
-        match="known games: chess, connect4, go13, go19, go9, go9-features, othello, tictactoe",
+        match="known games: chess, connect4, go13, go13-features, go19, go19-features, go9, go9-features, "
+        "othello, tictactoe",
     ):
         make_game("shogi")
     with pytest.raises(ValueError, match="cannot import no_such_module"):
