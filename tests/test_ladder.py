@@ -393,3 +393,24 @@ def test_jobs_play_games_at_once_in_the_order_one_job_keeps(tmp_path: Path) -> N
     twin = by_pair[tuple(one["pair"])][0]  # type: ignore[arg-type]
     assert report.played == 1 and one["k"] == 0 and one["seed"] == twin["seed"]
     assert one["moves"] == twin["moves"] and one["result"] == twin["result"]
+
+
+class _Broken:
+    """A worker that cannot start (as one whose checkpoint will not load)."""
+
+    def __init__(self, setup: object) -> None:
+        raise RuntimeError("cannot build the players")
+
+
+def test_a_job_that_cannot_start_stops_the_command_with_a_clear_error() -> None:
+    from azserve.app.jobs import GamePool
+
+    pool = GamePool(1, _Broken, None)
+    try:
+        with pytest.raises(AzserveError, match=r"azserve-job-0 (is gone|died) \(exit code 1\)"):
+            pool.submit("a", {"i": 0})
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                list(pool.finished(timeout=1.0))
+    finally:
+        pool.close()

@@ -123,7 +123,14 @@ class GamePool:
 
     def submit(self, key: Hashable, task: dict[str, Any]) -> None:
         job = next(j for j in self._jobs if j.key is None)
-        job.tasks.send_bytes(json.dumps(task).encode())
+        try:
+            job.tasks.send_bytes(json.dumps(task).encode())
+        except OSError:  # it died before its first game (a checkpoint it could not load...)
+            job.process.join(timeout=5)
+            raise AzserveError(
+                f"{job.process.name} is gone (exit code {job.process.exitcode}); its error is "
+                "on stderr above"
+            ) from None
         job.key = key
 
     def finished(self, timeout: float) -> Iterator[tuple[Any, dict[str, Any]]]:
