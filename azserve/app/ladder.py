@@ -19,29 +19,29 @@ the one with the highest ``p (1 - p) / (1 + n)``, where ``p`` is the expected sc
 current fit and ``n`` the games the pair has played: close pairs inform the fit most, and
 each game played makes its pair less pressing. Anchors far from a checkpoint's rating are thus
 rarely played by it.
+
+A game itself is played by ``azserve.app.ladder_play`` (its players, its record, the worker
+of ``--jobs``); this module picks the pairs, runs the loop and fits.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
-import re
 import sys
 import time
-from collections import OrderedDict
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from actors.games import Game
 from azserve.app.ladder_output import draw_ladder, ratings_json, table
-from azserve.app.ladder_store import Store, game_seed, pair_of, results_of
-from azserve.app.players import AgentPlayer, Player, PlayerError, make_player, parse_spec
+from azserve.app.ladder_play import JobSetup, LadderJob, Roster, play_pair, store_record
+from azserve.app.ladder_store import Store, pair_of, results_of
+from azserve.app.players import PlayerError, parse_spec
 from azserve.app.ratings import Rating, expected_score, fit
-from azserve.app.referee import GameRecord, play_game, sgf
 from azserve.app.schema import Config
 from azserve.errors import AzserveError, ConfigError
 
@@ -202,130 +202,7 @@ def _guesses(entrants: Sequence[Entrant], ratings: dict[str, Rating]) -> dict[st
     return out
 
 
-# -- playing --------------------------------------------------------------------------------
-
-
-class Roster:
-    """Builds each game's players: checkpoints' agents cached (a few at a time, each a version
-    on one shared, compiled backend: ``azserve.app.agent.ServedNet``), GTP engines kept
-    running between games (restarted after a failure)."""
-
-    def __init__(
-        self,
-        game: Game,
-        sims: int,
-        sample_moves: int,
-        log_dir: Path,
-        configs: dict[str, Config] | None = None,
-    ) -> None:
-        self.game = game
-        self.configs = configs or {}
-        """Checkpoint path -> its run's config, for checkpoints that carry none."""
-        self.sims = sims
-        self.sample_moves = sample_moves
-        self.log_dir = log_dir
-        self._agents: OrderedDict[str, Any] = OrderedDict()
-        self._engines: dict[str, Player] = {}
-
-    def agent(self, path: str) -> Any:
-        from actors.games import make_game
-        from azserve.app.agent import Agent, agent_from_checkpoint, analysis_mcts
-        from azserve.model.weights import load_weights_file
-
-        if path not in self._agents:
-            cfg = self.configs.get(path)
-            if cfg is None:
-                _, agent = agent_from_checkpoint(path, None, (), self.game.name)
-            else:
-                agent = Agent(make_game(cfg.game), cfg.net, load_weights_file(path),
-                              analysis_mcts(cfg), backend=cfg.backend)  # fmt: skip
-            self._agents[path] = agent
-            while len(self._agents) > 6:
-                self._agents.popitem(last=False)[1].close()  # its version off the backend
-        self._agents.move_to_end(path)
-        return self._agents[path]
-
-    def player(self, e: Entrant, seed: int) -> Player:
-        kind, arg = parse_spec(e.spec)
-        if kind == "checkpoint":
-            return AgentPlayer(self.agent(arg), self.sims, self.sample_moves, seed, name=e.name)
-        if kind in ("gtp", "uci"):  # one engine process per anchor, kept between games
-            if e.name not in self._engines:
-                log = self.log_dir / (re.sub(r"[^A-Za-z0-9._-]+", "_", e.name)[:80] + ".log")
-                self._engines[e.name] = make_player(e.spec, seed, log)
-            return self._engines[e.name]
-        return make_player(e.spec, seed)
-
-    def drop(self, e: Entrant) -> None:
-        """Forget a failed engine: the next game starts a fresh one."""
-        engine = self._engines.pop(e.name, None)
-        if engine is not None:
-            engine.close()
-
-    def close(self) -> None:
-        for agent in self._agents.values():
-            agent.close()
-        self._agents.clear()
-        for engine in self._engines.values():
-            engine.close()
-        self._engines.clear()
-
-
-def play_record(
-    roster: Roster, by_name: dict[str, Entrant], pair: tuple[str, str], k: int, seed: int
-) -> tuple[dict[str, Any], str | None]:
-    """Play game ``k`` of ``pair``: its store record, and its SGF for Go (else None)."""
-    s = game_seed(seed, pair, k)
-    black, white = (pair[0], pair[1]) if k % 2 == 0 else (pair[1], pair[0])
-    b = roster.player(by_name[black], s)
-    w = roster.player(by_name[white], s + 1)
-    game = roster.game
-    r: GameRecord = play_game(game, b, w)
-    record = {
-        "pair": list(pair),
-        "k": k,
-        "seed": s,
-        "game": game.name,
-        "black": black,
-        "white": white,
-        "winner": r.winner,
-        "reason": r.reason,
-        "result": r.result,
-        "moves": [game.format_move(a) for a in r.moves],
-        "scores": r.scores,
-        "why": r.why,
-        "seconds": round(r.seconds, 3),
-        "sims": roster.sims,
-        "time": time.time(),
-        "players": {
-            n: {k2: v for k2, v in asdict(by_name[n]).items() if k2 != "name"}
-            for n in (black, white)
-        },
-    }
-    text = None
-    if hasattr(game, "size"):
-        text = sgf(game, r, black, white, date=datetime.date.today().isoformat())
-    return record, text
-
-
-def store_record(store: Store, record: dict[str, Any], sgf_text: str | None) -> None:
-    """Write a played game: its SGF under ``games/`` (Go), then its line in the store."""
-    if sgf_text is not None:
-        sgf_dir = store.path.parent / "games"
-        sgf_dir.mkdir(exist_ok=True)
-        name = f"{record['black']}_v_{record['white']}_{record['k']}"
-        name = re.sub(r"[^A-Za-z0-9@._-]+", "_", name)[:150]
-        (sgf_dir / f"{name}.sgf").write_text(sgf_text)
-    store.append(record)
-
-
-def play_pair(
-    roster: Roster, store: Store, by_name: dict[str, Entrant], pair: tuple[str, str], seed: int
-) -> dict[str, Any]:
-    """Play and store the pair's next game; returns its record."""
-    record, text = play_record(roster, by_name, pair, store.next_k(pair), seed)
-    store_record(store, record, text)
-    return record
+# -- running ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -383,6 +260,7 @@ def run_ladder(
     store = Store(out / "games.jsonl")
     tally = _Tally(games, progress)
     deadline = time.monotonic() + minutes * 60 if minutes > 0 else math.inf
+    schedule = _Schedule(store, entrants, by_name, zero, seed, deadline, tally)
     try:
         if progress:
             print(
@@ -399,13 +277,13 @@ def run_ladder(
             setup = JobSetup(spec, sims, sample_moves, str(out), entrants, by_path)
             pool = GamePool(jobs, LadderJob, setup)
             try:
-                _play_in_jobs(pool, store, entrants, by_name, zero, seed, deadline, tally)
+                _play_in_jobs(pool, schedule)
             finally:
                 pool.close()
         else:
             roster = Roster(game, sims, sample_moves, out, by_path)
             try:
-                _play_here(roster, store, entrants, by_name, zero, seed, deadline, tally)
+                _play_here(roster, schedule)
             finally:
                 roster.close()
     finally:
@@ -442,53 +320,57 @@ class _Tally:
             raise AzserveError(f"{self.failures} games failed; last: {why}")
 
 
-def _play_here(
-    roster: Roster,
-    store: Store,
-    entrants: Sequence[Entrant],
-    by_name: dict[str, Entrant],
-    zero: str,
-    seed: int,
-    deadline: float,
-    tally: _Tally,
-) -> None:
+@dataclass
+class _Schedule:
+    """What picks the ladder's next games and keeps their results: the store, the entrants and
+    who is held at 0 Elo, the seed, the deadline, and this invocation's tally."""
+
+    store: Store
+    entrants: Sequence[Entrant]
+    by_name: dict[str, Entrant]
+    zero: str
+    seed: int
+    deadline: float
+    tally: _Tally
+
+    def next_pair(self, busy: Collection[tuple[str, str]] = ()) -> tuple[str, str] | None:
+        """The pair to play next under the current fit, leaving out ``busy``; None past the
+        deadline or when every pair is busy."""
+        if time.monotonic() >= self.deadline:
+            return None
+        ratings = fit_ladder(self.store.games, self.by_name, self.zero)
+        return next_pair(self.entrants, ratings, self.store.counts, busy)
+
+
+def _play_here(roster: Roster, schedule: _Schedule) -> None:
     """One game at a time, in this process."""
-    while tally.played < tally.games and time.monotonic() < deadline:
-        pair = next_pair(entrants, fit_ladder(store.games, by_name, zero), store.counts)
+    tally = schedule.tally
+    while tally.played < tally.games:
+        pair = schedule.next_pair()
         if pair is None:
             return
         try:
-            g = play_pair(roster, store, by_name, pair, seed)
+            g = play_pair(roster, schedule.store, schedule.by_name, pair, schedule.seed)
         except PlayerError as e:
             for n in pair:
-                roster.drop(by_name[n])
+                roster.drop(schedule.by_name[n])
             tally.failed(str(e))
             continue
         tally.stored(g)
 
 
-def _play_in_jobs(
-    pool: Any,
-    store: Store,
-    entrants: Sequence[Entrant],
-    by_name: dict[str, Entrant],
-    zero: str,
-    seed: int,
-    deadline: float,
-    tally: _Tally,
-) -> None:
-    """Keep every worker of ``pool`` (``azserve.app.jobs.GamePool`` of ``LadderJob``) busy with the pair that
-    informs the fit most among those not being played, storing each game as it ends; the
-    games in flight at the deadline are finished and stored."""
+def _play_in_jobs(pool: Any, schedule: _Schedule) -> None:
+    """Keep every worker of ``pool`` (``azserve.app.jobs.GamePool`` of ``LadderJob``) busy
+    with the pair that informs the fit most among those not being played, storing each game as
+    it ends; the games in flight at the deadline are finished and stored."""
+    store, tally = schedule.store, schedule.tally
     while True:
         while pool.idle() and tally.played + len(pool.busy) < tally.games:
-            if time.monotonic() >= deadline:
-                break
-            ratings = fit_ladder(store.games, by_name, zero)
-            pair = next_pair(entrants, ratings, store.counts, pool.busy)
+            pair = schedule.next_pair(pool.busy)
             if pair is None:
                 break
-            pool.submit(pair, {"pair": list(pair), "k": store.next_k(pair), "seed": seed})
+            task = {"pair": list(pair), "k": store.next_k(pair), "seed": schedule.seed}
+            pool.submit(pair, task)
         if not pool.busy:
             return
         for _pair, answer in pool.finished(timeout=1.0):
@@ -497,46 +379,6 @@ def _play_in_jobs(
             else:
                 store_record(store, answer["record"], answer["sgf"])
                 tally.stored(answer["record"])
-
-
-@dataclass(frozen=True)
-class JobSetup:
-    """What each ``--jobs`` worker builds its ``Roster`` from."""
-
-    game: str
-    """The referee's game spec (``make_game``)."""
-    sims: int
-    sample_moves: int
-    log_dir: str
-    entrants: list[Entrant]
-    configs: dict[str, Config]
-    """Checkpoint path -> its run's config, as ``Roster`` takes them."""
-
-
-class LadderJob:
-    """A ``--jobs`` worker's games (``azserve.app.jobs``): task ``{pair, k, seed}``, answer
-    ``{record, sgf}``, or ``{error}`` when a player failed (the game is not stored; the failed
-    engine is restarted for its next game)."""
-
-    def __init__(self, setup: JobSetup) -> None:
-        from actors.games import make_game
-
-        self.roster = Roster(make_game(setup.game), setup.sims, setup.sample_moves,
-                             Path(setup.log_dir), setup.configs)  # fmt: skip
-        self.by_name = {e.name: e for e in setup.entrants}
-
-    def play(self, task: dict[str, Any]) -> dict[str, Any]:
-        pair = (task["pair"][0], task["pair"][1])
-        try:
-            record, sgf_text = play_record(self.roster, self.by_name, pair, task["k"], task["seed"])
-        except PlayerError as e:
-            for n in pair:
-                self.roster.drop(self.by_name[n])
-            return {"error": str(e)}
-        return {"record": record, "sgf": sgf_text}
-
-    def close(self) -> None:
-        self.roster.close()
 
 
 def _game_of(entrants: Sequence[Entrant], configs: Sequence[Config] | None) -> tuple[str, int]:
@@ -618,16 +460,12 @@ __all__ = [
     "RANDOM",
     "Entrant",
     "LadderReport",
-    "Roster",
     "candidate_pairs",
     "checkpoints_of",
     "fit_ladder",
     "fixed_player",
     "next_pair",
-    "play_pair",
-    "play_record",
     "referee_spec",
-    "store_record",
     "run_ladder",
     "run_ladder_command",
 ]
