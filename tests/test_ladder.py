@@ -206,8 +206,25 @@ def test_checkpoints_know_their_place_in_the_run(tmp_path: Path) -> None:
     assert [e.step for e in got] == [10, 30, 50]
     assert [e.hours for e in got] == [0.5, 1.5, 2.5]
     assert [e.positions for e in got] == [10_000, 30_000, 50_000]
+    # besides the even picks, the one nearest to each time asked for (hours 1.0: step 20)
+    got = checkpoints_of(run, "r", limit=3, at_hours=(1.1, 2.4))
+    assert [e.step for e in got] == [10, 20, 30, 50]
+    assert [e.step for e in checkpoints_of(run, "r", limit=1)] == [50]
     with pytest.raises(AzserveError, match="no checkpoint"):
         checkpoints_of(tmp_path, "empty")
+
+
+def test_runs_of_different_lengths_meet_at_equal_time(tmp_path: Path) -> None:
+    """A 2.5-hour run and a 1-hour one on one ladder: the longer brings its checkpoint at the
+    shorter's end (hour 1) beside its even picks, so the two are compared at equal time."""
+    long = tiny_run(tmp_path / "long", (10, 20, 30, 40, 50))
+    short = tiny_run(tmp_path / "short", (5, 7))
+    report = run_ladder([str(long), str(short)], [], tmp_path / "ladder", 0,
+                        max_checkpoints=2, progress=None)  # fmt: skip
+    assert [e.name for e in report.entrants] == [
+        "long@10", "long@20", "long@50", "short@5", "short@7",
+    ]  # fmt: skip
+    assert candidate_pairs(report.entrants).count(("long@20", "short@7")) == 1
 
 
 def test_another_encoding_of_the_same_rules_meets_in_one_ladder(tmp_path: Path) -> None:

@@ -285,7 +285,8 @@ def register(sub: Any, common: Common) -> None:
     p.add_argument("--sample-moves", type=int_in(0, 1000), default=4,
                    help="each checkpoint's first N moves drawn by visit count")  # fmt: skip
     p.add_argument("--max-checkpoints", type=int_in(1, 10_000), default=12,
-                   help="checkpoints per run, evenly spaced, newest included")  # fmt: skip
+                   help="checkpoints per run, evenly spaced, newest included (and the one "
+                   "nearest to each other run's end)")  # fmt: skip
     p.add_argument("--seed", type=int_in(0), default=0, help="the ladder's seed (every game's "
                    "seed derives from it, its pair and its number)")  # fmt: skip
     p.add_argument("--out", help="the ladder's directory (default: the first RUN/ladder)")

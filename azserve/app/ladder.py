@@ -84,11 +84,16 @@ def run_label(run_dir: str | Path, taken: Iterable[str] = ()) -> str:
 
 
 def checkpoints_of(
-    run_dir: str | Path, label: str, limit: int = 0, subdir: str = "checkpoints"
+    run_dir: str | Path,
+    label: str,
+    limit: int = 0,
+    subdir: str = "checkpoints",
+    at_hours: Iterable[float] = (),
 ) -> list[Entrant]:
     """The checkpoints of a run directory (``RUN/checkpoints/`` or another ``subdir``, or a
-    directory of checkpoint files), oldest first, with their place in the run. ``limit`` > 0 keeps that many, evenly
-    spaced, the first and the newest always among them."""
+    directory of checkpoint files), oldest first, with their place in the run. ``limit`` > 0
+    keeps that many, evenly spaced, the first and the newest always among them, and besides
+    them the checkpoint nearest in time to each of ``at_hours`` (hours from the run's start)."""
     from azserve.app.curves import Timeline
     from learner.checkpoint import list_checkpoints
 
@@ -96,16 +101,25 @@ def checkpoints_of(
     found = list_checkpoints(d / subdir) or list_checkpoints(d)
     if not found:
         raise AzserveError(f"no checkpoint (ckpt-*.safetensors) in {d} or {d / subdir}")
-    if limit > 0 and len(found) > limit:
-        picks = sorted({round(i * (len(found) - 1) / (limit - 1)) for i in range(limit)})
-        found = [found[i] for i in picks] if limit > 1 else [found[-1]]
     timeline = Timeline.of_run(d)
     out = []
     for step, path in found:
         place = timeline.at(step)
         hours, positions = (place[0] / 60, place[1]) if place is not None else (None, None)
         out.append(Entrant(f"{label}@{step}", f"checkpoint:{path}", label, step, hours, positions))
-    return out
+    if limit <= 0 or len(out) <= limit:
+        return out
+    picks = {round(i * (len(out) - 1) / (limit - 1)) for i in range(limit)} if limit > 1 else set()
+    picks.add(len(out) - 1)
+    timed = [i for i, e in enumerate(out) if e.hours is not None]
+    for h in at_hours if timed else ():
+        picks.add(min(timed, key=lambda i: abs((out[i].hours or 0.0) - h)))
+    return [out[i] for i in sorted(picks)]
+
+
+def run_ends(run_dirs: Sequence[str | Path], subdirs: Sequence[str]) -> list[float | None]:
+    """Each run's hours from its start to its newest checkpoint (None where unknown)."""
+    return [checkpoints_of(d, "", 1, sub)[-1].hours for d, sub in zip(run_dirs, subdirs)]
 
 
 def anchor_entrant(spec: str) -> Entrant:
@@ -241,11 +255,19 @@ def run_ladder(
     labels: list[str] = []
     entrants: list[Entrant] = []
     by_path: dict[str, Config] = {}
+    subdirs = (
+        [c.checkpoint.dir for c in configs]
+        if configs is not None
+        else ["checkpoints"] * len(run_dirs)
+    )
+    # Every run also brings its checkpoint nearest to each other run's end: runs of different
+    # lengths meet at equal training time.
+    ends = run_ends(run_dirs, subdirs)
     for i, d in enumerate(run_dirs):
         label = run_label(d, labels)
         labels.append(label)
-        subdir = configs[i].checkpoint.dir if configs is not None else "checkpoints"
-        found = checkpoints_of(d, label, max_checkpoints, subdir)
+        others = [h for j, h in enumerate(ends) if j != i and h is not None]
+        found = checkpoints_of(d, label, max_checkpoints, subdirs[i], others)
         entrants += found
         if configs is not None:
             by_path.update((parse_spec(e.spec)[1], configs[i]) for e in found)
