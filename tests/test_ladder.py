@@ -22,12 +22,14 @@ from azserve.app.agent import agent_from_checkpoint
 from azserve.app.ladder import (
     RANDOM,
     Entrant,
+    LadderReport,
     candidate_pairs,
     checkpoints_of,
     next_pair,
     referee_game,
     run_ladder,
 )
+from azserve.app.ladder_output import at_equal_time
 from azserve.app.ladder_store import Store, game_seed, pair_of, results_of
 from azserve.app.players import AgentPlayer, RandomPlayer
 from azserve.app.ratings import Rating, Result, expected_score, fit
@@ -225,6 +227,27 @@ def test_runs_of_different_lengths_meet_at_equal_time(tmp_path: Path) -> None:
         "long@10", "long@20", "long@50", "short@5", "short@7",
     ]  # fmt: skip
     assert candidate_pairs(report.entrants).count(("long@20", "short@7")) == 1
+
+
+def test_the_equal_time_view_reads_each_run_at_the_shortest_runs_end() -> None:
+    """Two runs, one of 2.5 hours and one of 1: the view names each one's checkpoint at hour 1
+    and the record between those two only (not the longer run's later nets')."""
+    e = [Entrant("long@10", "x", "long", 10, 0.5), Entrant("long@20", "x", "long", 20, 1.0),
+         Entrant("long@50", "x", "long", 50, 2.5), Entrant("short@5", "x", "short", 5, 0.5),
+         Entrant("short@7", "x", "short", 7, 1.1), Entrant(RANDOM, RANDOM)]  # fmt: skip
+    games = [Result("long@20", "short@7", 1.0), Result("short@7", "long@20", 0.0),
+             Result("long@20", "short@7", 0.5), Result("short@7", "long@20", 1.0),
+             Result("long@50", "short@7", 1.0), Result("long@20", RANDOM, 1.0)]  # fmt: skip
+    ratings = {x.name: Rating(100.0 * i, 100.0 * i - 50, 100.0 * i + 50, 3, 1.5)
+               for i, x in enumerate(e)}  # fmt: skip
+    report = LadderReport(0, len(games), ratings, e, 0, games)
+    text = at_equal_time(report)
+    assert "at 1.10 hours" in text
+    assert "short@7   1.10 h  Elo    400 (350 .. 450), 3 games" in text
+    assert "long@20   1.00 h  Elo    100" in text
+    assert "short@7 v long@20: 1-1-2, 0.38 (0.09-0.78)" in text  # long@20 won 2, drew 1, lost 1
+    assert "long@50" not in text
+    assert at_equal_time(LadderReport(0, 0, ratings, e[:3] + e[5:], 0, [])) == ""
 
 
 def test_another_encoding_of_the_same_rules_meets_in_one_ladder(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from actors.games import make_game
 from actors.games.go import EMPTY
-from azserve.app.match import GameResult, play_one, summarize, wilson
+from azserve.app.match import GameResult, play_one, summarize
 from azserve.app.players import (
     RESIGN,
     GtpPlayer,
@@ -29,6 +29,7 @@ from azserve.app.players import (
     parse_gtp_score,
     parse_spec,
 )
+from azserve.app.ratings import wilson
 from azserve.app.referee import play_game, sgf
 from azserve.errors import ConfigError
 from tests.test_cli import azserve_cmd

@@ -158,7 +158,7 @@ def rate(
     """``games`` more games on the candidates' ladder (``jobs`` at once); each candidate's
     newest checkpoint's rating (``elo``, ``lo``, ``hi``, ``step``, ``hours``)."""
     from azserve.app.ladder import run_ladder
-    from azserve.app.ladder_output import draw_ladder, ratings_json, table
+    from azserve.app.ladder_output import at_equal_time, draw_ladder, ratings_json, table
 
     dirs = [out_dir / c.label for c in candidates]
     have = [c for c, d in zip(candidates, dirs) if list_checkpoints(d / c.config.checkpoint.dir)]
@@ -177,6 +177,8 @@ def rate(
     title = f"{candidates[0].config.game}: Elo against training, random = 0"
     image = draw_ladder(report, out_dir / "ladder.png", title)
     print(table(report), flush=True)
+    if same_time := at_equal_time(report):
+        print(same_time, flush=True)
     print(f"compare: ratings against time in {image}", flush=True)
     newest: dict[str, dict[str, Any]] = {}
     for e in report.entrants:

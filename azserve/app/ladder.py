@@ -32,16 +32,16 @@ import math
 import sys
 import time
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from actors.games import Game
-from azserve.app.ladder_output import draw_ladder, ratings_json, table
+from azserve.app.ladder_output import at_equal_time, draw_ladder, ratings_json, table
 from azserve.app.ladder_play import JobSetup, LadderJob, Roster, play_pair, store_record
 from azserve.app.ladder_store import Store, pair_of, results_of
 from azserve.app.players import PlayerError, parse_spec
-from azserve.app.ratings import Rating, expected_score, fit
+from azserve.app.ratings import Rating, Result, expected_score, fit
 from azserve.app.schema import Config
 from azserve.errors import AzserveError, ConfigError
 
@@ -228,6 +228,8 @@ class LadderReport:
     ratings: dict[str, Rating]
     entrants: list[Entrant]
     disputed: int
+    results: list[Result] = field(default_factory=list)
+    """Every stored game that counts (not disputed), from black's side."""
 
 
 def run_ladder(
@@ -312,7 +314,8 @@ def run_ladder(
         store.close()
     ratings = fit_ladder(store.games, by_name, zero)
     disputed = sum(g["reason"] == "disputed" for g in store.games)
-    return LadderReport(tally.played, len(store.games), ratings, entrants, disputed)
+    results = results_of(store.games)
+    return LadderReport(tally.played, len(store.games), ratings, entrants, disputed, results)
 
 
 class _Tally:
@@ -469,6 +472,8 @@ def run_ladder_command(args: argparse.Namespace) -> int:
     (out / "ratings.json").write_text(json.dumps(ratings_json(report), indent=1) + "\n")
     plot = draw_ladder(report, out / "ladder.png")
     print(table(report))
+    if same_time := at_equal_time(report):
+        print(same_time)
     print(
         f"azserve ladder: {report.played} games played now, {report.total} stored "
         f"({report.disputed} disputed, left out of the fit); ratings in {out / 'ratings.json'}, "

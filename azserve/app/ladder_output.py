@@ -8,6 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from azserve.app.ratings import wilson
+
 if TYPE_CHECKING:
     from azserve.app.ladder import Entrant, LadderReport
 
@@ -25,6 +27,51 @@ def table(report: LadderReport) -> str:
             interval = "fixed" if r.fixed else f"{r.lo:6.0f} .. {r.hi:6.0f}"
         score = f"{r.score / r.games:.0%}" if r.games else "-"
         lines.append(f"{n:<{width}}  {elo:>6}  {interval:>15}  {r.games:>5}  {score}")
+    return "\n".join(lines)
+
+
+def at_equal_time(report: LadderReport) -> str:
+    """Runs of different lengths read at the same training time: the shortest run's end, each
+    run's checkpoint nearest to it (its rating), and the games between those checkpoints, pair
+    by pair (the first's wins-draws-losses, score, 95% Wilson interval). Empty with fewer than
+    two runs placed in time."""
+    runs: dict[str, list[Entrant]] = {}
+    for e in report.entrants:
+        if not e.anchor and e.hours is not None and e.run is not None:
+            runs.setdefault(e.run, []).append(e)
+    if len(runs) < 2:
+        return ""
+    hours = min(max(e.hours or 0.0 for e in points) for points in runs.values())
+    picks = [min(points, key=lambda e: abs((e.hours or 0.0) - hours)) for points in runs.values()]
+    picks.sort(key=lambda e: -report.ratings[e.name].elo if e.name in report.ratings else math.inf)
+    width = max(len(e.name) for e in picks)
+    lines = [f"at {hours:.2f} hours (the shortest run's end), each run's nearest checkpoint:"]
+    for e in picks:
+        r = report.ratings.get(e.name)
+        rating = (
+            f"Elo {r.elo:6.0f} ({r.lo:.0f} .. {r.hi:.0f}), {r.games} games"
+            if r is not None and r.games > 0 and math.isfinite(r.lo)
+            else "no rated games"
+        )
+        lines.append(f"  {e.name:<{width}}  {e.hours or 0.0:5.2f} h  {rating}")
+    lines.append("  head to head (the first's wins-draws-losses, score, 95% interval):")
+    for i, a in enumerate(picks):
+        for b in picks[i + 1 :]:
+            scores = [
+                r.score if r.a == a.name else 1.0 - r.score
+                for r in report.results
+                if {r.a, r.b} == {a.name, b.name}
+            ]
+            if not scores:
+                lines.append(f"  {a.name} v {b.name}: no games")
+                continue
+            w, d = sum(s == 1.0 for s in scores), sum(s == 0.5 for s in scores)
+            n = len(scores)
+            lo, hi = wilson(w + 0.5 * d, n)
+            lines.append(
+                f"  {a.name} v {b.name}: {w}-{d}-{n - w - d}, {(w + 0.5 * d) / n:.2f} "
+                f"({lo:.2f}-{hi:.2f})"
+            )
     return "\n".join(lines)
 
 
@@ -91,4 +138,4 @@ def draw_ladder(report: LadderReport, out: Path, title: str = "") -> Path:
     return out
 
 
-__all__ = ["draw_ladder", "ratings_json", "table"]
+__all__ = ["at_equal_time", "draw_ladder", "ratings_json", "table"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -35,6 +34,7 @@ from azserve.app.players import (
     make_player,
     parse_spec,
 )
+from azserve.app.ratings import wilson
 from azserve.app.referee import GameRecord, play_game, sgf
 
 
@@ -60,17 +60,6 @@ def play_one(game: Game, index: int, our_color: int, ours: Player, theirs: Playe
     black, white = (ours, theirs) if our_color == 0 else (theirs, ours)
     r: GameRecord = play_game(game, black, white)
     return GameResult(**vars(r), index=index, our_color=our_color)
-
-
-def wilson(wins: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a win rate (95% for z = 1.96)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = wins / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def summarize(
@@ -346,5 +335,4 @@ __all__ = [
     "play_one",
     "run_match",
     "summarize",
-    "wilson",
 ]

@@ -211,4 +211,15 @@ def _groups(n: int, pairs: set[tuple[int, int]]) -> list[list[int]]:
     return list(groups.values())
 
 
-__all__ = ["ELO", "Rating", "Result", "expected_score", "fit"]
+def wilson(wins: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a win rate (95% for z = 1.96)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = wins / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+__all__ = ["ELO", "Rating", "Result", "expected_score", "fit", "wilson"]
