@@ -25,23 +25,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from azserve.app.curves import run_started
+from learner.runlog import read_metrics
+
 STATUS = re.compile(
     r"^(\d\d):(\d\d):(\d\d) I actors\.selfplay: .*\bhits (\d+) shared \d+ misses (\d+)"
 )
 SUMMARY = re.compile(r"actor summary: (\{.*\})\s*$")
-
-
-def rows_of(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-
-
-def started(run: Path, rows: list[dict[str, Any]]) -> float:
-    s = run / "summary.json"
-    if s.exists():
-        t = json.loads(s.read_text()).get("started")
-        if t:
-            return float(t)
-    return float(rows[0]["time"])
 
 
 def evaluations_until(run: Path, t0: float, until: float) -> tuple[int, int]:
@@ -85,8 +75,8 @@ def evaluations(run: Path) -> tuple[int, int]:
 
 
 def figures(run: Path, minutes: float | None) -> dict[str, Any]:
-    rows = rows_of(run / "metrics.jsonl")
-    t0 = started(run, rows)
+    rows = read_metrics(run / "metrics.jsonl")
+    t0 = run_started(run) or float(rows[0]["time"])
     if minutes is not None:
         rows = [r for r in rows if r["time"] - t0 <= minutes * 60]
     last = rows[-1]
