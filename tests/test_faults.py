@@ -87,14 +87,21 @@ async def test_games_wait_for_a_lost_version_to_be_restored(
 async def test_a_game_whose_version_never_returns_is_abandoned_and_counted(
     make_server: MakeServer, make_control: MakeControl
 ) -> None:
+    """The server loses every version, as a restart does, and comes back with a newer one only:
+    the games on the old one wait their ``version_wait_s``, are abandoned and counted, and the
+    process goes on. v0 goes first and v1 comes later, so that no game can finish on v0 in
+    between (a tic-tac-toe game lasts a fraction of a second; loading v1 first left that race
+    open on a slow machine)."""
     server = await make_server(version_grace_s=60.0)
     ctl = await make_control(server.endpoint)
     sp, sink, client, stop, run = await run_selfplay(server.endpoint, 6, version_wait_s=0.5)
     try:
         await wait_for(lambda: server.versions.pinned().get(0, 0) >= 6, 10)
-        await ctl.load_weights(1, weights_blob(seed=1))
         await server.residency.unload(0)
+        # The six games in flight, and those begun on v0 after them, are given up.
         await wait_for(lambda: sp.stats.abandoned.get("version_lost", 0) >= 6, 30)
+        assert set(sp.stats.abandoned) == {"version_lost"}, sp.stats.abandoned
+        await ctl.load_weights(1, weights_blob(seed=1))
         # The process goes on: new games on the latest version finish and are stored.
         await wait_for(lambda: any(t.version == 1 for t, *_ in sink.items), 60)
         assert not run.done()
