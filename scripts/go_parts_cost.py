@@ -8,7 +8,11 @@ measures the network's arithmetic) and a learner step of ``trainer.batch_size`` 
 positions with every target present. Prints a table of milliseconds and ratios to go9; the
 ratios, not the times, are the result on a shared machine.
 
-    python scripts/go_parts_cost.py --repeats 5
+``--served`` adds the forward as the inference server runs it: the config's torch backend
+(compiled, bf16 where the CPU has it natively, padded to its batch buckets), uint8 planes in,
+so what an evaluation costs the server, beside what the arithmetic costs eager in fp32.
+
+    python scripts/go_parts_cost.py --repeats 5 [--served]
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 import torch
 
 from actors.games import make_game
+from azserve.app.agent import ServedNet, run_sync
 from azserve.app.schema import load_config
 from azserve.model.network import build_net
 from learner.replay import Batch
@@ -72,6 +77,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5, help="rounds of every variant (default 5)")
     ap.add_argument("--rows", type=int, default=128, help="positions per forward (default 128)")
+    ap.add_argument(
+        "--served", action="store_true", help="also time the forward on the server's backend"
+    )
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     setups = {}
@@ -84,24 +92,45 @@ def main() -> None:
         trainer = Trainer(cfg.net, cfg.trainer)
         batch = batch_for(cfg, rng)
         trainer.step(batch)  # warm up
-        setups[label] = (net, obs, trainer, batch)
-    times: dict[str, dict[str, list[float]]] = {k: {"fwd": [], "step": []} for k in setups}
+        served = None
+        if args.served:  # the server's backend: compiles its buckets when the weights load
+            sn = ServedNet(cfg.net, cfg.backend)
+            version = sn.load(net.state_dict())
+            planes = obs.numpy().astype(np.uint8)
+            served = (sn, version, planes)
+            run_sync(sn.backend.infer(version, planes))
+        setups[label] = (net, obs, trainer, batch, served)
+    kinds = ["fwd", "served", "step"] if args.served else ["fwd", "step"]
+    times: dict[str, dict[str, list[float]]] = {k: {n: [] for n in kinds} for k in setups}
     for _ in range(args.repeats):
-        for label, (net, obs, trainer, batch) in setups.items():
+        for label, (net, obs, trainer, batch, served) in setups.items():
             with torch.inference_mode():
                 t0 = time.perf_counter()
                 net(obs)
                 times[label]["fwd"].append(time.perf_counter() - t0)
+            if served is not None:
+                times[label]["served"].append(run_sync(_timed_infer(*served)))
             t0 = time.perf_counter()
             trainer.step(batch)
             times[label]["step"].append(time.perf_counter() - t0)
     base = {k: float(np.median(v)) for k, v in times["go9 (today)"].items()}
-    print(f"| variant | forward of {args.rows} rows, ms | x go9 | learner step, ms | x go9 |")
-    print("|---|---:|---:|---:|---:|")
+    heads = {"fwd": f"forward of {args.rows} rows, eager fp32, ms",
+             "served": f"forward of {args.rows} rows, served, ms", "step": "learner step, ms"}  # fmt: skip
+    print("| variant | " + " | ".join(f"{heads[k]} | x go9" for k in kinds) + " |")
+    print("|---|" + "---:|---:|" * len(kinds))
     for label, t in times.items():
-        f, s = float(np.median(t["fwd"])), float(np.median(t["step"]))
-        print(f"| {label} | {f * 1e3:.1f} | {f / base['fwd']:.2f} | {s * 1e3:.0f} | "
-              f"{s / base['step']:.2f} |")  # fmt: skip
+        cells = []
+        for k in kinds:
+            m = float(np.median(t[k]))
+            cells.append(f"{m * 1e3:.1f} | {m / base[k]:.2f}")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+async def _timed_infer(sn: ServedNet, version: int, planes: np.ndarray) -> float:
+    """Seconds of one batch on the server's backend (as its batcher calls it)."""
+    t0 = time.perf_counter()
+    await sn.backend.infer(version, planes)
+    return time.perf_counter() - t0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -385,3 +386,46 @@ def test_warm_graphs_called_from_many_threads_leave_later_compiles_possible() ->
     assert not errors, errors
     later = torch.compile(lambda t: torch.tanh(t) * 3)
     assert torch.allclose(later(torch.ones(3)), torch.tanh(torch.ones(3)) * 3)
+
+
+async def test_nets_of_several_shapes_in_one_process_all_stay_compiled(
+    torch_one_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ladder or a match holds nets of several shapes in one process (Go with and without
+    its feature planes). Their compiled forwards share one code object, so one graph cache and
+    its recompile limit: each backend's graphs must fit beside the others', or torch falls
+    back to eager for the later shapes without a word of error (seen in a ladder: every
+    checkpoint of the second config ran eager). Each backend here makes four graphs (two
+    buckets, one and two threads); the limit starts low, as torch's 8 does for three Go
+    nets."""
+    import torch._dynamo.config as dynamo_config
+    from torch._dynamo.utils import counters
+
+    from azserve.model.weights import state_dict_to_bytes
+
+    monkeypatch.setattr(dynamo_config, "recompile_limit", 2)
+    cfg = BackendConfig(
+        device="cpu", compile="inductor", dtype="float32", batch_buckets=(4, 8),
+        auto_threads=True, max_threads=2,
+    )  # fmt: skip
+    for shape in (
+        replace(NET, channels=6),
+        replace(NET, channels=8, blocks=2, global_pool_every=2, global_pool_channels=4),
+        replace(NET, in_channels=3),
+    ):
+        net = build_net(shape, seed=3)
+        randomise_batchnorm(net, 3)
+        backend = TorchBackend(shape, cfg)
+        before = counters["stats"]["unique_graphs"]
+        await backend.start()
+        try:
+            await backend.load(0, state_dict_to_bytes(net.state_dict()))
+            assert counters["stats"]["unique_graphs"] - before == 4, "a graph ran eager"
+            obs = np.random.default_rng(1).integers(0, 2, (7, shape.in_channels, 3, 3), np.uint8)
+            logits, value = await backend.infer(0, obs)  # hot: fail_on_recompile holds
+            with torch.inference_mode():
+                want_l, want_v = net.eval()(torch.from_numpy(obs).float())
+            np.testing.assert_allclose(logits, want_l.numpy(), rtol=RTOL, atol=1e-5)
+            np.testing.assert_allclose(value, want_v.numpy(), rtol=RTOL, atol=1e-5)
+        finally:
+            await backend.aclose()

@@ -26,7 +26,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch.func import functional_call
@@ -213,6 +213,7 @@ class _HotStance:
 
 
 HOT_STANCE = _HotStance()
+_EXPECT_LOCK = threading.Lock()
 
 
 class InductorProgram(Program):
@@ -255,12 +256,20 @@ class InductorProgram(Program):
         with HOT_STANCE.held():
             return self._fn(weights, x)  # type: ignore[no-any-return]
 
+    _graphs_in_process: ClassVar[int] = 0
+    """Graphs every InductorProgram of this process expects, together: their ``forward`` is
+    one code object, whose graph cache (and its limit) they all share."""
+
     def expect_graphs(self, n: int) -> None:
         # torch.compile keeps a few graphs per function (8) and falls back to eager above
-        # that; a graph per bucket and thread count must all stay.
+        # that; a graph per bucket and thread count must all stay, for every net this process
+        # compiles (a ladder or a match holds several shapes: Go with and without features).
         import torch._dynamo.config as dynamo_config
 
-        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, n + 1)
+        with _EXPECT_LOCK:
+            InductorProgram._graphs_in_process += n
+            total = InductorProgram._graphs_in_process
+        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, total + 1)
 
     def warmed(self) -> None:
         self._warm = True
