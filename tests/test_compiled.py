@@ -389,7 +389,7 @@ def test_warm_graphs_called_from_many_threads_leave_later_compiles_possible() ->
 
 
 async def test_nets_of_several_shapes_in_one_process_all_stay_compiled(
-    torch_one_thread: None, monkeypatch: pytest.MonkeyPatch
+    torch_one_thread: None,
 ) -> None:
     """A ladder or a match holds nets of several shapes in one process (Go with and without
     its feature planes). Their compiled forwards share one code object, so one graph cache and
@@ -403,29 +403,37 @@ async def test_nets_of_several_shapes_in_one_process_all_stay_compiled(
 
     from azserve.model.weights import state_dict_to_bytes
 
-    monkeypatch.setattr(dynamo_config, "recompile_limit", 2)
-    cfg = BackendConfig(
-        device="cpu", compile="inductor", dtype="float32", batch_buckets=(4, 8),
-        auto_threads=True, max_threads=2,
-    )  # fmt: skip
-    for shape in (
-        replace(NET, channels=6),
-        replace(NET, channels=8, blocks=2, global_pool_every=2, global_pool_channels=4),
-        replace(NET, in_channels=3),
-    ):
-        net = build_net(shape, seed=3)
-        randomise_batchnorm(net, 3)
-        backend = TorchBackend(shape, cfg)
-        before = counters["stats"]["unique_graphs"]
-        await backend.start()
-        try:
-            await backend.load(0, state_dict_to_bytes(net.state_dict()))
-            assert counters["stats"]["unique_graphs"] - before == 4, "a graph ran eager"
-            obs = np.random.default_rng(1).integers(0, 2, (7, shape.in_channels, 3, 3), np.uint8)
-            logits, value = await backend.infer(0, obs)  # hot: fail_on_recompile holds
-            with torch.inference_mode():
-                want_l, want_v = net.eval()(torch.from_numpy(obs).float())
-            np.testing.assert_allclose(logits, want_l.numpy(), rtol=RTOL, atol=1e-5)
-            np.testing.assert_allclose(value, want_v.numpy(), rtol=RTOL, atol=1e-5)
-        finally:
-            await backend.aclose()
+    # Set by hand: monkeypatch's undo deletes the key from dynamo's config module. Put back
+    # no lower than the backends raised it (the process's other compiled nets need it).
+    before_limit = dynamo_config.recompile_limit
+    dynamo_config.recompile_limit = 2
+    try:
+        cfg = BackendConfig(
+            device="cpu", compile="inductor", dtype="float32", batch_buckets=(4, 8),
+            auto_threads=True, max_threads=2,
+        )  # fmt: skip
+        for shape in (
+            replace(NET, channels=6),
+            replace(NET, channels=8, blocks=2, global_pool_every=2, global_pool_channels=4),
+            replace(NET, in_channels=3),
+        ):
+            net = build_net(shape, seed=3)
+            randomise_batchnorm(net, 3)
+            backend = TorchBackend(shape, cfg)
+            before = counters["stats"]["unique_graphs"]
+            await backend.start()
+            try:
+                await backend.load(0, state_dict_to_bytes(net.state_dict()))
+                assert counters["stats"]["unique_graphs"] - before == 4, "a graph ran eager"
+                obs = np.random.default_rng(1).integers(
+                    0, 2, (7, shape.in_channels, 3, 3), np.uint8
+                )
+                logits, value = await backend.infer(0, obs)  # hot: fail_on_recompile holds
+                with torch.inference_mode():
+                    want_l, want_v = net.eval()(torch.from_numpy(obs).float())
+                np.testing.assert_allclose(logits, want_l.numpy(), rtol=RTOL, atol=1e-5)
+                np.testing.assert_allclose(value, want_v.numpy(), rtol=RTOL, atol=1e-5)
+            finally:
+                await backend.aclose()
+    finally:
+        dynamo_config.recompile_limit = max(before_limit, dynamo_config.recompile_limit)
