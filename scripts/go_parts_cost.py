@@ -1,11 +1,12 @@
 """What each of issue 36's parts costs on Go 9x9, per evaluation and per learner step.
 
-Builds today's go9 net and the net with each part added alone (the input features, global
-pooling, the target heads with their losses) and all together (configs/go9-features-targets.toml),
+Builds the plain AlphaZero net (configs/go9-alphazero.toml) and the net with each part added
+alone (the input features, global pooling, the target heads with their losses) and all together
+(configs/go9.toml, the default),
 then times, in one process with the variants taking turns (A B C D E, repeated), a forward pass
 of ``--rows`` positions (eager, ``backend.threads`` of the config: the server compiles, this
 measures the network's arithmetic) and a learner step of ``trainer.batch_size`` on random
-positions with every target present. Prints a table of milliseconds and ratios to go9; the
+positions with every target present. Prints a table of milliseconds and ratios to go9-alphazero; the
 ratios, not the times, are the result on a shared machine.
 
 ``--served`` adds the forward as the inference server runs it: the config's torch backend
@@ -35,17 +36,14 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 OFF = ["net.global_pool_every=0", "net.heads=[]", "trainer.ownership_weight=0",
        "trainer.score_weight=0", "trainer.reply_weight=0"]  # fmt: skip
-"""go9-features-targets.toml's parts switched off, one by one below."""
+"""go9.toml's parts switched off, one by one below."""
 
 VARIANTS: dict[str, tuple[str, list[str]]] = {
-    "go9 (today)": ("go9", []),
-    "+ features": ("go9-features-targets", OFF),
-    "+ global pooling": (
-        "go9-features-targets",
-        ["game=go9", *OFF[1:], "net.global_pool_every=3"],
-    ),  # fmt: skip
-    "+ targets": ("go9-features-targets", ["game=go9", "net.global_pool_every=0"]),
-    "all three": ("go9-features-targets", []),
+    "go9-alphazero": ("go9-alphazero", []),
+    "+ features": ("go9", OFF),
+    "+ global pooling": ("go9", ["game=go9", *OFF[1:], "net.global_pool_every=3"]),
+    "+ targets": ("go9", ["game=go9", "net.global_pool_every=0"]),
+    "all three (go9)": ("go9", []),
 }
 
 
@@ -113,10 +111,10 @@ def main() -> None:
             t0 = time.perf_counter()
             trainer.step(batch)
             times[label]["step"].append(time.perf_counter() - t0)
-    base = {k: float(np.median(v)) for k, v in times["go9 (today)"].items()}
+    base = {k: float(np.median(v)) for k, v in times["go9-alphazero"].items()}
     heads = {"fwd": f"forward of {args.rows} rows, eager fp32, ms",
              "served": f"forward of {args.rows} rows, served, ms", "step": "learner step, ms"}  # fmt: skip
-    print("| variant | " + " | ".join(f"{heads[k]} | x go9" for k in kinds) + " |")
+    print("| variant | " + " | ".join(f"{heads[k]} | x plain" for k in kinds) + " |")
     print("|---|" + "---:|---:|" * len(kinds))
     for label, t in times.items():
         cells = []

@@ -265,7 +265,7 @@ def test_a_checkpoint_is_evaluated_on_its_configs_compiled_backend(tmp_path: Pat
     plan's dtype, and agrees with eager fp32 on the same weights; two agents of that net
     share the backend (one compile), each its own version; closing one leaves the other."""
     cfg = load_config(
-        REPO / "configs" / "go9.toml",
+        REPO / "configs" / "go9-alphazero.toml",
         ["net.blocks=1", "net.channels=8", "backend.compile=inductor", "backend.batch_buckets=[8]"],
     )
     trainer = Trainer(replace(cfg.net, seed=5), replace(cfg.trainer, device="cpu"))

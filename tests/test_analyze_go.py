@@ -33,7 +33,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def agent(run: Path) -> Agent:
     ckpt = next((run / "checkpoints").glob("ckpt-*.safetensors"))
     cfg, agent = agent_from_checkpoint(str(ckpt))
-    assert cfg.game == "go9"
+    assert cfg.game == "go9-features"  # the default config: the features net
     return agent
 
 
@@ -48,7 +48,7 @@ def test_turns_are_analysed_with_vertices_winrates_and_pvs(agent: Agent) -> None
         initialStones=[["B", "C3"], ["B", "G7"]], moves=[["W", "E5"], ["W", "D5"], ["B", "F4"]],
         analyzeTurns=[0, 2, 3], maxVisits=24,
     )  # fmt: skip
-    rows = analyze_lines([line], agent, "go9", sims=8)
+    rows = analyze_lines([line], agent, "go9-features", sims=8)
     assert [r["turnNumber"] for r in rows] == [0, 2, 3] and {r["id"] for r in rows} == {"q"}
     # White moved twice: the positions follow the colours given, not alternation.
     players = [r["rootInfo"]["currentPlayer"] for r in rows]
@@ -68,7 +68,9 @@ def test_turns_are_analysed_with_vertices_winrates_and_pvs(agent: Agent) -> None
 
 
 def test_the_default_turn_is_the_last_and_zero_visits_is_the_raw_net(agent: Agent) -> None:
-    (row,) = analyze_lines([request(moves=[["B", "E5"]], maxVisits=0)], agent, "go9", sims=8)
+    (row,) = analyze_lines(
+        [request(moves=[["B", "E5"]], maxVisits=0)], agent, "go9-features", sims=8
+    )
     assert row["turnNumber"] == 1 and row["rootInfo"]["currentPlayer"] == "W"
     (best,) = row["moveInfos"]
     assert best["visits"] == 0 and best["move"] != "E5"
@@ -102,14 +104,29 @@ def test_bad_requests_are_refused_by_field(
     agent: Agent, fields: dict, field: str, message: str
 ) -> None:
     good = request(moves=[["B", "E5"]], maxVisits=2)
-    rows = analyze_lines([request(**fields), good], agent, "go9", sims=2)
+    rows = analyze_lines([request(**fields), good], agent, "go9-features", sims=2)
     assert rows[0]["id"] == "q" and rows[0]["field"] == field, rows[0]
     assert message in rows[0]["error"], rows[0]["error"]
     assert rows[1]["turnNumber"] == 1 and rows[1]["moveInfos"]  # the engine goes on
 
 
+def test_a_features_net_answers_for_the_rules_it_encodes(agent: Agent) -> None:
+    """The default go9 net plays go9-features; a request may name the rules (go9) or the
+    encoding, and another game is refused."""
+    base = request(moves=[["B", "E5"]], maxVisits=2)
+    rows = analyze_lines(
+        [base, request(moves=[["B", "E5"]], maxVisits=2, game="go9"),
+         json.dumps({"id": 3, "moves": [40], "game": "go9"}),
+         json.dumps({"id": 4, "moves": [40], "game": "go13"})],
+        agent, "go9-features", sims=2,
+    )  # fmt: skip
+    assert all("error" not in r for r in rows[:3]), rows
+    assert rows[1]["moveInfos"] and rows[2]["id"] == 3
+    assert "unknown game 'go13'" in rows[3]["error"]
+
+
 def test_the_action_number_format_still_works_for_go(agent: Agent) -> None:
-    (row,) = analyze_lines([json.dumps({"id": 7, "moves": [40]})], agent, "go9", sims=4)
+    (row,) = analyze_lines([json.dumps({"id": 7, "moves": [40]})], agent, "go9-features", sims=4)
     assert row["id"] == 7 and len(row["policy"]) == 82 and sum(row["visits"]) == 4
 
 

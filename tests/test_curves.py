@@ -104,7 +104,7 @@ def test_arms_of_one_config_take_their_own_overrides() -> None:
     """``--set-in LABEL KEY=VALUE``: one config, an arm per part, each arm's own values after
     the shared ``--set``; an encoding of the same rules may join (go9-features with go9),
     another game may not."""
-    go9 = str(REPO / "configs" / "go9.toml")
+    go9 = str(REPO / "configs" / "go9-alphazero.toml")
     cands = load_candidates(
         [go9, go9, go9],
         ["base", "features", "pooling"],
@@ -121,7 +121,7 @@ def test_arms_of_one_config_take_their_own_overrides() -> None:
     with pytest.raises(ConfigError, match=r"--set-in pool: no candidate .*labels: base, features"):
         load_candidates([go9, go9], ["base", "features"], [], [("pool", "net.blocks=1")])
     with pytest.raises(ConfigError, match="plays othello, .* plays go9 .other rules"):
-        load_candidates([go9, go9], [], [], [("go9-1", "game=othello")])
+        load_candidates([go9, go9], [], [], [("go9-alphazero-1", "game=othello")])
 
 
 def fake_run(run_dir: Path, cfg, count: int) -> None:  # type: ignore[no-untyped-def]

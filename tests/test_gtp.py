@@ -27,10 +27,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def go_checkpoint(directory: Path, config: str = "go9") -> Path:
-    """A learner checkpoint of a one-block, 8-channel Go net (9x9 unless ``config`` says)."""
+    """A learner checkpoint of a one-block, 8-channel Go net (9x9 unless ``config`` says): of
+    go9.toml, the default, a features net with its target heads (its pooling, every third
+    block, is beyond the one block)."""
     cfg = load_config(
         REPO / "configs" / f"{config}.toml",
-        ["net.blocks=1", "net.channels=8", "backend.compile=none"],
+        ["net.blocks=1", "net.channels=8", "net.global_pool_channels=4", "backend.compile=none"],
     )
     trainer = Trainer(replace(cfg.net, seed=3), replace(cfg.trainer, device="cpu"))
     return save_checkpoint(directory / "checkpoints", 40, 5, trainer.state_dict(), to_dict(cfg))
@@ -80,7 +82,7 @@ def test_a_gtp_session_with_the_real_command(tmp_path: Path) -> None:
     assert r[0] == "= 2"
     assert r[1] == "=7 azserve"
     # The version names the checkpoint: package, game, step 40, a hash of the weights.
-    assert re.fullmatch(r"= \d+\.\d+\.\d+\S*-go9-step40-w[0-9a-f]{8}", r[2]), r[2]
+    assert re.fullmatch(r"= \d+\.\d+\.\d+\S*-go9-features-step40-w[0-9a-f]{8}", r[2]), r[2]
     assert r[3] == "= true" and r[4] == "= false"
     listed = r[5].removeprefix("= ").split("\n")
     assert {"genmove", "play", "undo", "final_score", "final_status_list", "lz-analyze",
@@ -181,6 +183,33 @@ def test_board_undo_and_errors() -> None:
         b.play(1, 40)
     b.undo()
     assert b.state == b.game.initial_state()
+
+
+def test_a_features_nets_board_keeps_that_games_states() -> None:
+    """The default go9 net plays go9-features: the engine's board holds that game's states (the
+    ko point, the last moves) as the game reaches them by the moves, through a komi change, a
+    pass after the end and setup stones; before, the board held plain Go states and the net
+    was fed 4 planes for its 11."""
+    feats = make_game("go9-features")
+    e = Engine(Scripted([]), game=feats)  # type: ignore[arg-type]
+    moves = [1, 2, 9, 20, 19, 12, 11, 10]  # white's 10 takes black's 11: a ko at 11
+    for i, a in enumerate(moves):
+        assert e.reply(f"play {'bw'[i % 2]} {feats.format_move(a)}") == "=\n\n"
+    assert e.board.state == feats.from_moves(moves)
+    assert e.board.state.ko == 11 and e.board.state.last == (10, 11, 12)  # type: ignore[attr-defined]
+    assert feats.encode(e.board.state).shape == (11, 9, 9)
+    assert e.reply("komi 6.5") == "=\n\n"
+    assert e.board.game.name == "go9-features" and e.board.game.core_params == (9, 6.5, 1.0)
+    assert e.board.state == feats.from_moves(moves)
+    for color in "bwb":  # the third pass comes after the end
+        assert e.reply(f"play {color} pass") == "=\n\n"
+    s = e.board.state
+    assert (s.passes, s.ply, s.color, s.last) == (3, 11, 1, (81, 81, 81))  # type: ignore[attr-defined]
+    assert e.reply("clear_board") == "=\n\n" and e.reply("set_free_handicap D4 F6") == "=\n\n"
+    assert e.board.state == feats.initial_state()._replace(
+        board=e.board.state.board, color=1)  # fmt: skip
+    assert e.board.state.board.count(1) == 2  # type: ignore[attr-defined]
+    assert Engine(Scripted([])).board.game.name == "go9"  # no game given: plain Go
 
 
 def test_a_failed_analysis_stream_ends_and_the_session_goes_on() -> None:

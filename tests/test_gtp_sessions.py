@@ -55,7 +55,7 @@ def test_a_twogtp_game_with_handicap_time_and_scoring(checkpoint: Path) -> None:
         "final_score", "final_status_list dead", "showboard",
     ]  # fmt: skip
     r = run_session(checkpoint, session)
-    assert r[0] == "= 2" and r[1] == "= azserve" and "-go9-step40-w" in r[2]
+    assert r[0] == "= 2" and r[1] == "= azserve" and "-go9-features-step40-w" in r[2]
     assert r[3:6] == ["=", "=", "="]
     assert sorted(r[6].removeprefix("= ").split()) == ["C3", "G7"]
     assert r[7] == r[8] == "="

@@ -182,10 +182,13 @@ def test_the_store_cuts_a_torn_line_refuses_gaps_and_a_second_writer(tmp_path: P
 
 
 def tiny_run(
-    directory: Path, steps: tuple[int, ...], config: str = "go9", more: tuple[str, ...] = ()
+    directory: Path,
+    steps: tuple[int, ...],
+    config: str = "go9-alphazero",
+    more: tuple[str, ...] = (),
 ) -> Path:
     """A run directory of tiny random-weights Go 9x9 checkpoints (1 block, 8 channels) with
-    metrics rows placing each step in time."""
+    metrics rows placing each step in time: plain AlphaZero nets unless ``config`` says."""
     cfg = load_config(
         REPO / "configs" / f"{config}.toml",
         ["net.blocks=1", "net.channels=8", "eval.sims=2", "backend.compile=none", *more],
@@ -251,11 +254,12 @@ def test_the_equal_time_view_reads_each_run_at_the_shortest_runs_end() -> None:
 
 
 def test_another_encoding_of_the_same_rules_meets_in_one_ladder(tmp_path: Path) -> None:
-    """A go9 run and a go9-features run (11 input planes, pooled blocks, extra heads) on one
-    ladder: Go 9x9 referees, and each net follows the game in its own states (the features
-    net's last-move and ko planes from the moves it was told). Games of other rules refuse."""
+    """A go9-alphazero run and a go9 run (go9-features: 11 input planes, pooled blocks, extra
+    heads) on one ladder: Go 9x9 referees, and each net follows the game in its own states (the
+    features net's last-move and ko planes from the moves it was told). Games of other rules
+    refuse."""
     plain = tiny_run(tmp_path / "plain", (10,))
-    feats = tiny_run(tmp_path / "feats", (10,), "go9-features-targets",
+    feats = tiny_run(tmp_path / "feats", (10,), "go9",
                      ("net.global_pool_every=1", "net.global_pool_channels=4"))  # fmt: skip
     report = run_ladder([str(plain), str(feats)], [], tmp_path / "ladder", games=2, sims=2,
                         progress=None)  # fmt: skip

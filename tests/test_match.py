@@ -82,7 +82,7 @@ def check_complete(summary: dict, out: Path, games: int) -> None:
         text = (out / f"game-{i:04d}.sgf").read_text()
         assert f"RE[{result}]" in text and "KM[7.5]" in text and "SZ[9]" in text
         # Our side is named by its checkpoint (the version GTP reports), not just "azserve".
-        assert re.search(r"P[BW]\[azserve [^]]*-go9-step\d+-w[0-9a-f]{8}\]", text), text
+        assert re.search(r"P[BW]\[azserve [^]]*-go9-features-step\d+-w[0-9a-f]{8}\]", text), text
         moves = replay_sgf(text)
         assert moves, text
 

@@ -345,6 +345,21 @@ def test_trained_targets_need_their_heads_and_a_game_that_gives_them() -> None:
         TrainerConfig(reply_weight=-1.0)
 
 
+def test_go9_with_every_part_off_is_the_plain_alphazero_config() -> None:
+    """configs/go9.toml (the default since issue 36's A/B) is configs/go9-alphazero.toml plus
+    the features, pooling and targets: switched off key by key, the two configs are equal."""
+    from azserve.app.schema import actors_config, load_config
+
+    repo = Path(__file__).resolve().parents[1] / "configs"
+    default, plain = load_config(repo / "go9.toml"), load_config(repo / "go9-alphazero.toml")
+    assert (default.game, default.net.global_pool_every, default.net.in_channels) == (
+        "go9-features", 3, 11)  # fmt: skip
+    assert actors_config(default).targets and not actors_config(plain).targets
+    off = ["game=go9", "net.global_pool_every=0", "net.heads=[]", "trainer.ownership_weight=0",
+           "trainer.score_weight=0", "trainer.reply_weight=0"]  # fmt: skip
+    assert dataclasses.asdict(load_config(repo / "go9.toml", off)) == dataclasses.asdict(plain)
+
+
 def test_the_trajectory_header_names_its_targets_only_when_it_has_some() -> None:
     game = _game_with_targets()
     plain = dataclasses.replace(game, targets={})

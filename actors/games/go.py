@@ -18,6 +18,7 @@ N * N bytes each.
 
 from __future__ import annotations
 
+import copy
 from typing import NamedTuple
 
 import numpy as np
@@ -87,6 +88,19 @@ class Go(Game):
 
     def initial_state(self) -> GoState:
         return self._start
+
+    def with_komi(self, komi: float) -> Go:
+        """This game, its encoding included (``go9-features`` stays that), under ``komi``."""
+        other = copy.copy(self)
+        other.komi = komi
+        other.openspiel = f"go(board_size={self.size},komi={komi:g})"
+        other.core_params = (self.size, komi, *self.core_params[2:])
+        return other
+
+    def setup_state(self, board: bytes, to_move: int) -> GoState:
+        """A position of stones placed, not played (setup and handicap stones): no ply, no
+        past; ``to_move`` 0 black, 1 white."""
+        return self._start._replace(board=board, color=to_move)
 
     def _chains(self, board: bytes) -> tuple[list[int], list[list[int]], list[int]]:
         """(group of each cell, -1 where empty; each group's cells; each group's liberties)."""

@@ -48,10 +48,17 @@ def parse_line(line: str, agent: Agent, game_name: str) -> tuple[Any, Any]:
     return _parse_obj(_load(line), agent, game_name)
 
 
+def _plays(obj: dict[str, Any], agent: Agent, game_name: str) -> bool:
+    """Whether the request's ``game`` (absent: any) is the checkpoint's game or the rules that
+    game encodes (a ``go9-features`` net answers requests for ``go9``)."""
+    return obj.get("game", game_name) in (game_name, agent.game.rules)
+
+
 def _parse_obj(obj: dict[str, Any], agent: Agent, game_name: str) -> tuple[Any, Any]:
-    game = obj.get("game", game_name)
-    if game != game_name:
-        raise ValueError(f"unknown game {game!r}: this engine's checkpoint plays {game_name!r}")
+    if not _plays(obj, agent, game_name):
+        raise ValueError(
+            f"unknown game {obj['game']!r}: this engine's checkpoint plays {game_name!r}"
+        )
     moves = obj.get("moves", [])
     if not isinstance(moves, list) or not all(
         isinstance(m, int) and not isinstance(m, bool) for m in moves
@@ -84,13 +91,13 @@ def analyze_lines(
         try:
             obj = _load(line)
             if is_go and is_go_request(obj):
-                if obj.get("game", game_name) != game_name:
+                if not _plays(obj, agent, game_name):
                     raise RequestError(
                         f"unknown game {obj['game']!r}: this engine's checkpoint plays "
                         f"{game_name!r}",
                         "game",
                     )
-                go_requests.append((i, parse_go_request(obj, agent.game.size)))  # type: ignore[attr-defined]
+                go_requests.append((i, parse_go_request(obj, agent.game)))  # type: ignore[arg-type]
                 continue
             rid, state = _parse_obj(obj, agent, game_name)
             good.append((i, rid, state))

@@ -135,8 +135,10 @@ def _int(value: Any, field: str, low: int = 0) -> int:
     return value
 
 
-def parse_go_request(obj: dict[str, Any], size: int) -> GoRequest:
-    """A Go request for a ``size`` x ``size`` net; RequestError naming the bad field."""
+def parse_go_request(obj: dict[str, Any], net_game: Go) -> GoRequest:
+    """A Go request for a net of ``net_game`` (its size, and its encoding: the request's states
+    are that game's); RequestError naming the bad field."""
+    size = net_game.size
     unknown = sorted(set(obj) - FIELDS)
     if unknown:
         raise RequestError(
@@ -158,7 +160,7 @@ def parse_go_request(obj: dict[str, Any], size: int) -> GoRequest:
         raise RequestError(
             f"komi {komi!r} must be a finite number in -{size * size}..{size * size}", "komi"
         )
-    game = Go(size, float(komi))
+    game = net_game.with_komi(float(komi))
     board = Board(game)
     initial = _stones(obj.get("initialStones", []), "initialStones", game)
     moves = _stones(obj.get("moves", []), "moves", game)

@@ -113,16 +113,20 @@ class Engine:
         resign: float = 0.0,
         playouts: int = go_status.PLAYOUTS,
         out: Callable[[str], None] | None = None,
+        game: Go | None = None,
     ) -> None:
         self.moves = moves
         self.name = name
         self.version = version
-        self.size = size  # the network's board: the only size boardsize takes
+        # The network's game (its encoding: go9-features keeps the ko point and last moves in
+        # its states); plain Go of ``size`` without one. Its board is the only size taken.
+        start = Go(size, 7.5) if game is None else game.with_komi(7.5)
+        self.size = start.size
         self.sims = sims
         self.resign = resign
         self.playouts = playouts
         self.out = out or (lambda text: None)
-        self.board = Board(Go(size, 7.5))
+        self.board = Board(start)
         self.clock = Clock()
         self.notes: dict[int, str] = {}  # move index -> the search's comment (printsgf)
         self.done = False
@@ -355,7 +359,8 @@ class Engine:
             raise GtpError(f"unacceptable size: {rec.size}x{rec.size}; this network plays "
                            f"{self.size}x{self.size}")  # fmt: skip
         stop = len(rec.moves) if len(args) < 2 else _count(args[1], low=1) - 1
-        board = Board(Go(self.size, self.board.game.komi if rec.komi is None else rec.komi))
+        board = Board(self.board.game.with_komi(self.board.game.komi if rec.komi is None
+                                                else rec.komi))  # fmt: skip
         if rec.komi is not None:
             self._komi(str(rec.komi))  # the same range as ``komi``
         board.place(rec.setup, rec.to_play)
@@ -534,7 +539,7 @@ def run_gtp(args: argparse.Namespace) -> int:
         raise ConfigError(f"--checkpoint: azserve gtp plays Go; this checkpoint plays {cfg.game}")
     sims = cfg.eval.sims if args.sims is None else args.sims
     engine = Engine(
-        AgentMoves(agent), version=identity(args.checkpoint, cfg.game), size=agent.game.size,
+        AgentMoves(agent), version=identity(args.checkpoint, cfg.game), game=agent.game,
         sims=sims, resign=args.resign, playouts=args.playouts,
     )  # fmt: skip
     print(f"azserve gtp: {cfg.game} ({engine.version}), {sims} simulations per move; GTP on "

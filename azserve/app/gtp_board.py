@@ -6,6 +6,8 @@ E5``): the move is played for that colour and the other colour is to move next. 
 handicap stones go on the board without being moves (no ply, no capture), before the first
 move. The rules stay the game's (actors/games/go.py: positional superko, no suicide); a move
 after two passes resumes the game (the passes start over), as GUIs do when a player plays on.
+The board holds the network's own game: a ``go9-features`` net's states carry its ko point and
+last moves, as a ``go9`` net's carry its four planes' needs.
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ class Board:
             raise GtpError(f"illegal move: the game reached its move cap ({game.max_moves})")
         if s.passes >= 2:
             if action == game.pass_action:  # a pass after the end keeps it ended
-                nxt = GoState(s.board, s.color ^ 1, s.passes + 1, s.ply + 1, s.history)
-                self._push(color, action, nxt)
+                nxt = game.apply(s._replace(passes=0), action)  # the game's own pass
+                self._push(color, action, nxt._replace(passes=s.passes + 1))
                 return
             s = s._replace(passes=0)  # play resumes after two passes
         try:
@@ -97,7 +99,7 @@ class Board:
             board[p] = BLACK + color
         if to_move is None:
             to_move = 1 if stones and all(c == 0 for c, _ in stones) else 0
-        self.states = [GoState(bytes(board), to_move, 0, 0, frozenset())]
+        self.states = [self.game.setup_state(bytes(board), to_move)]
         self.setup = list(stones)
 
     def undo(self) -> None:
@@ -108,7 +110,7 @@ class Board:
 
     def with_komi(self, komi: float) -> Board:
         """The same position under another komi (the states do not depend on it)."""
-        return Board(Go(self.game.size, komi), list(self.states), list(self.moves),
+        return Board(self.game.with_komi(komi), list(self.states), list(self.moves),
                      list(self.setup))  # fmt: skip
 
     def stones(self, color: int) -> list[int]:
