@@ -24,14 +24,15 @@ def test_configs_exist() -> None:
 def test_every_config_loads(path: Path) -> None:
     cfg = load_config(path)
     assert isinstance(cfg, Config)
-    # Named after its game (its parameters aside: chess(max_plies=256,history=1)); variants (A/B
-    # candidates) add a suffix: connect4-puct.toml.
-    game = cfg.game.partition("(")[0]
-    assert path.stem == game or path.stem.startswith(f"{game}-")
-    # The net fits the game it is configured for.
+    # Named after its game (its parameters aside: chess(max_plies=256,history=1)) or the rules
+    # that game encodes (go9.toml plays go9-features); variants (A/B candidates) add a suffix:
+    # connect4-puct.toml.
     from actors.games import make_game
 
     game = make_game(cfg.game)
+    names = {cfg.game.partition("(")[0], game.rules.partition("(")[0]}
+    assert any(path.stem == n or path.stem.startswith(f"{n}-") for n in names), names
+    # The net fits the game it is configured for.
     assert cfg.net.obs_shape == game.obs_shape
     assert cfg.net.num_actions == game.num_actions
     assert cfg.client.max_rows <= cfg.server.max_batch_size

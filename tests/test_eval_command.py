@@ -30,7 +30,7 @@ def checkpoint(directory: Path, game: str) -> Path:
     """A learner checkpoint (step 40, version 5) of a one-block net of ``game``."""
     cfg = load_config(
         REPO / "configs" / f"{game}.toml",
-        ["net.blocks=1", "net.channels=8", "backend.compile=none"],
+        ["net.blocks=1", "net.channels=8", "net.global_pool_channels=4", "backend.compile=none"],
     )
     trainer = Trainer(replace(cfg.net, seed=3), replace(cfg.trainer, device="cpu"))
     return save_checkpoint(directory / "checkpoints", 40, 5, trainer.state_dict(), to_dict(cfg))
@@ -81,14 +81,14 @@ def test_tictactoe_optimality_and_a_match_against_random(
     assert sum(result["vs_random"].values()) == 4 and result["match_games"] == 4
 
 
-@pytest.mark.parametrize("game", ["othello", "go9"])
+@pytest.mark.parametrize(("config", "game"), [("othello", "othello"), ("go9", "go9-features")])
 def test_other_games_play_random(
-    game: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    config: str, game: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     module = BUILTIN_GAMES[game].partition(":")[0]
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{game}: {module} is not in this checkout yet")
-    checkpoint(tmp_path, game)
+    checkpoint(tmp_path, config)
     result, err = run_eval(capsys, "--checkpoint", str(tmp_path), "--sims", "0", "--games", "2")
     assert result["game"] == game and sum(result["vs_random"].values()) == 2
     assert "connect4" not in result and "tictactoe" not in result
