@@ -2,12 +2,12 @@
 
 Builds the plain AlphaZero net (configs/go9-alphazero.toml) and the net with each part added
 alone (the input features, global pooling, the target heads with their losses) and all together
-(configs/go9.toml, the default),
-then times, in one process with the variants taking turns (A B C D E, repeated), a forward pass
-of ``--rows`` positions (eager, ``backend.threads`` of the config: the server compiles, this
-measures the network's arithmetic) and a learner step of ``trainer.batch_size`` on random
-positions with every target present. Prints a table of milliseconds and ratios to go9-alphazero; the
-ratios, not the times, are the result on a shared machine.
+(configs/go9.toml, the default), then times, in one process with the variants taking turns (A B
+C D E, repeated), a forward pass of ``--rows`` positions (eager, ``backend.threads`` of the
+config: the server compiles, this measures the network's arithmetic) and a learner step of
+``trainer.batch_size`` on random positions with every target present. Prints a table of
+milliseconds and ratios to go9-alphazero ("x plain"); the ratios, not the times, are the result
+on a shared machine.
 
 ``--served`` adds the forward as the inference server runs it: the config's torch backend
 (compiled, bf16 where the CPU has it natively, padded to its batch buckets), uint8 planes in,
