@@ -51,7 +51,7 @@ lint: venv
 	$(BIN)/mypy azserve actors learner
 
 docs: venv
-	$(BIN)/python -m azserve.app.config_docs > docs/config.md
+	$(BIN)/python -m azserve.config.docs > docs/config.md
 
 # Outputs and caches; the virtual environment stays (distclean removes it too).
 clean:

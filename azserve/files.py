@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def checksum(data: bytes | memoryview) -> str:
@@ -28,3 +31,13 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def emit(result: dict[str, Any], path: str | None) -> None:
+    """Print the JSON result and write it to ``path`` when given."""
+    text = json.dumps(result, indent=2, default=float)
+    print(text, flush=True)
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text + "\n")
+        print(f"wrote {path}", file=sys.stderr)

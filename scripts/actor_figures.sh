@@ -25,12 +25,12 @@ bench() {  # NAME, then --set overrides
   }
 }
 
-"$BIN/python" -m azserve.app.bench.mcts --seconds 30 --simulations 800 --json "$OUT/mcts.json" \
+"$BIN/python" -m azserve.perf.mcts --seconds 30 --simulations 800 --json "$OUT/mcts.json" \
   >"$OUT/mcts.log" 2>&1
-"$BIN/python" -m azserve.app.bench.pool --rounds 3 --per-round 1000 --json "$OUT/pool-alone.json" \
+"$BIN/python" -m azserve.perf.pool --rounds 3 --per-round 1000 --json "$OUT/pool-alone.json" \
   >"$OUT/pool-alone.log" 2>&1
 # With the actors' cache (64 MB, the default): the compiled store against the Python one.
-"$BIN/python" -m azserve.app.bench.pool --rounds 3 --per-round 1000 --cache-mb 64 \
+"$BIN/python" -m azserve.perf.pool --rounds 3 --per-round 1000 --cache-mb 64 \
   --variants pool,pool-pystore,leaf --json "$OUT/pool-alone-cache.json" \
   >"$OUT/pool-alone-cache.log" 2>&1
 SYN=(--set backend.kind=synthetic --set actors.cache_mb=0)

@@ -10,9 +10,9 @@ D=$(mktemp -d)
 trap 'kill $A $S 2>/dev/null || true; rm -rf "$D"' EXIT
 SETS=(--set "server.bind=ipc://$D/s" --set actors.sink=null --set actors.status_interval_s=0
       --set server.status_interval_s=0)
-$PY -m azserve.app.cli serve --config configs/tictactoe.toml "${SETS[@]}" >"$D/serve.log" 2>&1 &
+$PY -m azserve.cli.main serve --config configs/tictactoe.toml "${SETS[@]}" >"$D/serve.log" 2>&1 &
 S=$!
-$PY -m azserve.app.cli actors --config configs/tictactoe.toml "${SETS[@]}" >"$D/actors.log" 2>&1 &
+$PY -m azserve.cli.main actors --config configs/tictactoe.toml "${SETS[@]}" >"$D/actors.log" 2>&1 &
 A=$!
 sleep "$SECONDS_TO_RUN"
 RSS_KB=$(awk '/VmRSS/{print $2}' "/proc/$A/status")

@@ -60,7 +60,7 @@ def launch(text: str, work: Path, seconds: float, first_server: str) -> dict[str
     (work / "cluster.toml").write_text(text)
     run_dir = work / "run"
     argv = [
-        sys.executable, "-m", "azserve.app.cli", "launch", "--cluster", str(work / "cluster.toml"),
+        sys.executable, "-m", "azserve.cli.main", "launch", "--cluster", str(work / "cluster.toml"),
         "--config", str(TTT), "--run-dir", str(run_dir), "--no-progress",
         "--set", "eval.sims=4", "--set", "eval.match_games=2", "--set", "train.eval_every_s=0",
     ]  # fmt: skip

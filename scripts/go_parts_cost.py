@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from actors.games import make_game
-from azserve.app.agent import ServedNet, run_sync
-from azserve.app.schema import load_config
+from azserve.arena.agent import ServedNet, run_sync
+from azserve.config.schema import load_config
 from azserve.model.network import build_net
 from learner.replay import Batch
 from learner.trainer import Trainer

@@ -1,4 +1,4 @@
-"""How often our dead-stone scoring (``azserve.app.go_status``, behind GTP's ``final_score``)
+"""How often our dead-stone scoring (``actors.games.go.status``, behind GTP's ``final_score``)
 agrees with GnuGo's own on finished games: GnuGo plays both sides of a 9x9 game (after four
 random opening moves, seeded) under area rules without --capture-all-dead, so dead stones stay
 on the board when both pass; then both score it. Run (docs/go.md):
@@ -15,8 +15,8 @@ import random
 import shutil
 import subprocess
 
-from actors.games.go import Go
-from azserve.app import go_status
+from actors.games.go import status as go_status
+from actors.games.go.rules import Go
 
 
 def send(proc: subprocess.Popen[str], command: str) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from azserve.app.curves import read_run
+from azserve.arena.curves import read_run
 
 
 def spearman(a: list[float], b: list[float]) -> float:

@@ -33,7 +33,7 @@ RANK = textwrap.dedent(
     import numpy as np
     import torch
     from actors.games import make_game
-    from azserve.app.schema import load_config
+    from azserve.config.schema import load_config
     from learner.distributed import RankGroup
     from learner.replay import Batch
     from learner.trainer import Trainer

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from azserve.app.curves import run_started
+from azserve.arena.curves import run_started
 from learner.runlog import read_metrics
 
 STATUS = re.compile(

@@ -35,7 +35,7 @@ def run(config: str, overrides: list[str], duration: float, extra: list[str]) ->
         argv = [
             sys.executable,
             "-m",
-            "azserve.app.cli",
+            "azserve.cli.main",
             "bench",
             "selfplay",
             "--config",

@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from actors.searches import make_search
-from azserve.app.agent import agent_from_checkpoint
-from azserve.app.config import apply_overrides, from_dict
-from azserve.app.schema import Config
+from azserve.arena.agent import agent_from_checkpoint
+from azserve.config.load import apply_overrides, from_dict
+from azserve.config.schema import Config
 
 
 @dataclass

@@ -18,8 +18,8 @@ import numpy as np
 from actors.compiled_mcts import live_trees
 from actors.games import make_game
 from actors.searches import make_search
-from azserve.app.presets import resolve_config
-from azserve.app.schema import load_config
+from azserve.config.presets import resolve_config
+from azserve.config.schema import load_config
 
 
 async def measure(config: str, games: int, moves: int) -> None:

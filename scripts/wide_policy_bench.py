@@ -41,8 +41,8 @@ from actors.games import make_game
 from actors.searches import make_search
 from azserve import protocol as P
 from azserve import sparse
-from azserve.app.presets import resolve_config
-from azserve.app.schema import load_config
+from azserve.config.presets import resolve_config
+from azserve.config.schema import load_config
 from azserve.sparse import SparseRows
 from azserve.trajarrays import flatten
 from azserve.trajfile import write_record

@@ -389,7 +389,7 @@ def quick_train_argv(config: str, run_dir: Path, *sets: str) -> list[str]:
     """``azserve train --config CONFIG --run-dir RUN_DIR --no-progress`` with
     ``QUICK_TRAIN_SETS`` and ``sets`` (later ones win); budgets are the caller's to add."""
     script = Path(sys.executable).with_name("azserve")
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.app.cli"]
+    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.cli.main"]
     argv = [*head, "train", "--config", config, "--run-dir", str(run_dir), "--no-progress"]
     return argv + [a for s in (*QUICK_TRAIN_SETS, *sets) for a in ("--set", s)]
 

@@ -1,4 +1,4 @@
-"""Hosts for cluster tests: the ``netns_hosts`` fixture over ``azserve.app.bench.netns``.
+"""Hosts for cluster tests: the ``netns_hosts`` fixture over ``azserve.perf.netns``.
 
 - ``netns_hosts`` (pytest fixture): a factory ``netns_hosts(n) -> NetnsLan``; everything it made
   is torn down after the test, pass or fail. Call it more than once for separate LANs. Tests
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from azserve.app.bench.netns import NetnsHost, NetnsLan, destroy_lan, make_lan, unavailable
+from azserve.perf.netns import NetnsHost, NetnsLan, destroy_lan, make_lan, unavailable
 
 __all__ = ["NetnsHost", "NetnsLan", "destroy_lan", "make_lan", "netns_hosts", "unavailable"]
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from actors.games import make_game
-from azserve.app.agent import Agent, agent_from_checkpoint
-from azserve.app.analyze import analyze_lines, serve_stream
-from azserve.app.schema import load_config, to_dict
+from azserve.arena.agent import Agent, agent_from_checkpoint
+from azserve.config.schema import load_config, to_dict
+from azserve.engines.analyze import analyze_lines, serve_stream
 from azserve.errors import ConfigError, WeightsError
 from azserve.files import atomic_write_bytes
 from azserve.model.network import build_net
@@ -236,7 +236,7 @@ def test_analyze_subprocess(checkpoint: Path) -> None:
         [
             sys.executable,
             "-m",
-            "azserve.app.cli",
+            "azserve.cli.main",
             "analyze",
             "--checkpoint",
             str(checkpoint),

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.games.go import Go
-from azserve.app.agent import Agent, agent_from_checkpoint
-from azserve.app.analyze import analyze_lines
+from actors.games.go.rules import Go
+from azserve.arena.agent import Agent, agent_from_checkpoint
+from azserve.engines.analyze import analyze_lines
 from tests.test_cli import azserve_cmd
 from tests.test_gtp import go_checkpoint
 

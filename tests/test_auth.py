@@ -82,7 +82,7 @@ async def test_authorized_client_is_served(
 async def test_status_command_reaches_a_curve_server_with_keys(
     make_server: MakeServer, keys: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from azserve.app.cli import main
+    from azserve.cli.main import main
 
     server = await make_server(auth=server_auth(keys))
     argv = ["status", server.endpoint, "--server-key", str(keys / "keys" / "server.key")]
@@ -378,7 +378,7 @@ def test_only_public_certificates_are_distributed(tmp_path: Path) -> None:
 def test_keys_command_one_role_and_force(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from azserve.app.cli import main
+    from azserve.cli.main import main
 
     d = str(tmp_path / "k")
     assert main(["keys", "--dir", d, "--name", "actors-cpu0"]) == 0

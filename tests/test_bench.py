@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from azserve.app.bench.common import ServerWindow, percentiles, weighted_rate
-from azserve.app.bench.selfplay import SIDES, parse_status_lines, verdict
-from azserve.app.schema import load_config
+from azserve.config.schema import load_config
+from azserve.perf.common import ServerWindow, percentiles, weighted_rate
+from azserve.perf.selfplay import SIDES, parse_status_lines, verdict
 
 REPO = Path(__file__).resolve().parents[1]
 TTT = str(REPO / "configs" / "tictactoe.toml")
@@ -103,7 +103,7 @@ def run_bench(tmp_path: Path, *args: str, timeout: float = 110) -> dict[str, Any
     stops its own children before it goes."""
     out = tmp_path / "bench.json"
     log = tmp_path / "bench.log"
-    argv = [sys.executable, "-m", "azserve.app.cli", "bench", *args, "--json", str(out)]
+    argv = [sys.executable, "-m", "azserve.cli.main", "bench", *args, "--json", str(out)]
     with log.open("wb") as f:
         proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
     try:

@@ -1,4 +1,4 @@
-"""``python -m azserve.app.bench.pool``: both variants play the same games (same seeds, same
+"""``python -m azserve.perf.pool``: both variants play the same games (same seeds, same
 simulations) on the instant evaluator, and the report says what each cost."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from actors.compiled_mcts import compiled_available
 from actors.games import ConnectFour
-from azserve.app.bench import pool as bench_pool
+from azserve.perf import pool as bench_pool
 
 pytestmark = pytest.mark.skipif(
     not compiled_available(ConnectFour()), reason="actors._mcts_core was not built"

@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from azserve.app.actor_lives import killed_in_play
-from azserve.app.bench.chaos import (
+from azserve.perf.chaos import (
     GROUPS,
     KINDS,
     SERVERS,
@@ -26,6 +25,7 @@ from azserve.app.bench.chaos import (
     working,
 )
 from azserve.protocol import Trajectory
+from azserve.run.actor_lives import killed_in_play
 from learner.journal import Journal
 from tests.netns import unavailable
 
@@ -128,7 +128,7 @@ def test_chaos_for_ninety_seconds_loses_nothing(tmp_path: Path) -> None:
         pytest.skip(unavailable() or "")
     out = tmp_path / "chaos.json"
     argv = [
-        sys.executable, "-m", "azserve.app.cli", "bench", "chaos", "--config", "tictactoe",
+        sys.executable, "-m", "azserve.cli.main", "bench", "chaos", "--config", "tictactoe",
         "--minutes", "1.5", "--interval", "5,10", "--quiet-s", "15", "--seed", "3",
         "--games", "16", "--work-dir", str(tmp_path / "fleet"), "--json", str(out),
     ]  # fmt: skip

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from actors.games import make_game
-from actors.games.chess import Chess
-from azserve.app.chess_players import GreedyPlayer, UciPlayer, parse_uci_spec, pgn
-from azserve.app.players import RandomPlayer, make_player, parse_spec
-from azserve.app.referee import GameRecord, play_game
+from actors.games.chess.pgn import pgn
+from actors.games.chess.rules import Chess
+from azserve.arena.players import RandomPlayer, make_player, parse_spec
+from azserve.arena.players.uci import GreedyPlayer, UciPlayer
+from azserve.arena.referee import GameRecord, play_game
+from azserve.config.player_spec import parse_uci_spec
 from azserve.errors import ConfigError
 from tests.test_cli import azserve_cmd
 from tests.test_uci import chess_checkpoint

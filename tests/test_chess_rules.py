@@ -19,7 +19,7 @@ import pytest
 
 from actors.compiled_mcts import core
 from actors.games import make_game
-from actors.games.chess import START_FEN, Chess, ChessState
+from actors.games.chess.rules import START_FEN, Chess, ChessState
 from actors.search import MCTSConfig
 
 pytestmark = pytest.mark.skipif(core is None, reason="actors._mcts_core was not built")
@@ -381,7 +381,7 @@ def test_the_dead_position_rule_is_the_cores() -> None:
     colours, knights, both sides)."""
     from itertools import combinations
 
-    from actors.games.chess import _sufficient_material
+    from actors.games.chess.rules import _sufficient_material
 
     chess = Chess(max_plies=256, history=0)
     pieces = [(2, "B"), (5, "B"), (1, "N"), (6, "N"), (58, "b"), (61, "b"), (57, "n"), (62, "n")]

@@ -18,7 +18,7 @@ import torch
 import zmq.auth
 
 from azserve import SyncClient
-from azserve.app.schema import load_config, to_dict
+from azserve.config.schema import load_config, to_dict
 from azserve.errors import RequestTimeout
 from azserve.model.network import build_net
 from learner.checkpoint import save_checkpoint
@@ -31,9 +31,9 @@ TTT = REPO / "configs" / "tictactoe.toml"
 
 
 def azserve_cmd(*args: str) -> list[str]:
-    """The installed ``azserve`` script next to this interpreter (else ``python -m azserve.app.cli``)."""
+    """The installed ``azserve`` script next to this interpreter (else ``python -m azserve.cli.main``)."""
     script = Path(sys.executable).with_name("azserve")
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.app.cli"]
+    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.cli.main"]
     return [*head, *args]
 
 

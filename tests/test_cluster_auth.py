@@ -111,7 +111,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
 
 
 def test_curve_across_namespaces(netns_hosts, tmp_path: Path) -> None:
-    from azserve.app.schema import load_config
+    from azserve.config.schema import load_config
     from azserve.keys import authorize
     from azserve.model.network import build_net
     from azserve.model.weights import state_dict_to_bytes

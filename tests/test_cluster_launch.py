@@ -18,12 +18,12 @@ import pytest
 
 from actors.main import SUMMARY_TAG
 from actors.prom import metrics_port
-from azserve.app.cluster.engines import CommandEngine, remote_argv
-from azserve.app.cluster.plan import make_plan
-from azserve.app.cluster.slurm import expand_nodelist
-from azserve.app.cluster.spec import load_cluster
-from azserve.app.schema import load_config
+from azserve.config.schema import load_config
 from azserve.errors import AzserveError, ConfigError
+from azserve.run.cluster.engines import CommandEngine, remote_argv
+from azserve.run.cluster.plan import make_plan
+from azserve.run.cluster.slurm import expand_nodelist
+from azserve.run.cluster.spec import load_cluster
 from tests.conftest import run_metrics
 from tests.netns import NetnsLan, unavailable
 
@@ -437,7 +437,7 @@ def test_launch_across_three_namespaces_two_servers_kill_then_ctrl_c_leaves_noth
     lan = netns_hosts(3)
     run_dir = tmp_path / "run"
     argv = [
-        sys.executable, "-m", "azserve.app.cli", "launch",
+        sys.executable, "-m", "azserve.cli.main", "launch",
         "--cluster", _cluster_file(lan, tmp_path), "--config", str(TTT),
         "--run-dir", str(run_dir), "--no-progress",
         "--set", "train.status_interval_s=2", "--set", "trainer.batch_size=64",
@@ -522,7 +522,7 @@ def test_launch_across_three_namespaces_two_servers_kill_then_ctrl_c_leaves_noth
 def test_shipped_cluster_files_resolve(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from azserve.app.cluster.run import dry_run
+    from azserve.run.cluster.run import dry_run
 
     monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu1,cpu[1-2]")
     spec = load_cluster(str(REPO / "configs" / "cluster" / f"{name}.toml"))

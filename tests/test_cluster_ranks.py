@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from azserve.app.cluster.engines import CommandEngine
-from azserve.app.cluster.plan import describe, make_plan
-from azserve.app.cluster.spec import load_cluster
-from azserve.app.schema import load_config
+from azserve.config.schema import load_config
 from azserve.errors import ConfigError
+from azserve.run.cluster.engines import CommandEngine
+from azserve.run.cluster.plan import describe, make_plan
+from azserve.run.cluster.spec import load_cluster
 from learner.distributed import interface_of, pin_interface
 from tests.conftest import run_metrics
 from tests.netns import unavailable
@@ -184,7 +184,7 @@ def test_two_ranks_in_two_namespaces_train_and_survive_kill_9_of_rank_1(
     lan = netns_hosts(2)
     run_dir = tmp_path / "run"
     argv = [
-        sys.executable, "-m", "azserve.app.cli", "launch",
+        sys.executable, "-m", "azserve.cli.main", "launch",
         "--cluster", str(_ranks_cluster(lan, tmp_path)), "--config", str(TTT),
         "--run-dir", str(run_dir), "--no-progress",
         "--set", "train.status_interval_s=2", "--set", "trainer.batch_size=64",

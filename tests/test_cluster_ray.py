@@ -63,7 +63,7 @@ def _processes(marker: str) -> dict[int, str]:
 def _actor_process(name: str) -> int | None:
     """The pid of ``azserve actors --id NAME`` (not its watchdog)."""
     for pid, cmd in _processes(f"--id {name}").items():
-        if "azserve.app.cli actors" in cmd:
+        if "azserve.cli.main actors" in cmd:
             return pid
     return None
 
@@ -114,7 +114,7 @@ resources = {{west = 0.01}}
     )
     run_dir = tmp_path / "run"
     argv = [
-        sys.executable, "-m", "azserve.app.cli", "launch", "--cluster", str(cluster_file),
+        sys.executable, "-m", "azserve.cli.main", "launch", "--cluster", str(cluster_file),
         "--config", str(TTT), "--run-dir", str(run_dir), "--no-progress",
         "--set", "actors.status_interval_s=1", "--set", "train.status_interval_s=2",
         "--set", "eval.match_games=2", "--set", "train.eval_every_s=0", "--set", "eval.sims=4",

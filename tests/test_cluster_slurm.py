@@ -48,7 +48,7 @@ games = 16
     run_dir = tmp_path / "run"
     argv = [
         "salloc", "-N1", "--job-name=azserve-test",
-        sys.executable, "-m", "azserve.app.cli", "launch", "--cluster", str(cluster),
+        sys.executable, "-m", "azserve.cli.main", "launch", "--cluster", str(cluster),
         "--config", str(TTT), "--run-dir", str(run_dir), "--minutes", "0.5", "--no-progress",
         "--set", "eval.sims=4", "--set", "eval.match_games=2", "--set", "train.eval_every_s=0",
         "--set", "replay.min_size=200", "--set", "trainer.batch_size=64",

@@ -339,8 +339,8 @@ async def test_server_swaps_a_compiled_model_under_load(
 
 
 def test_train_chooses_following_threads_by_default() -> None:
-    from azserve.app.schema import TrainConfig
-    from azserve.app.train import server_threads
+    from azserve.config.schema import TrainConfig
+    from azserve.run.train import server_threads
 
     assert TrainConfig().server_threads == 0
     assert server_threads(0) == {"threads": 1, "auto_threads": True}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from azserve.app.config import parse_override
-from azserve.app.schema import Config, load_config, replace, save_config
+from azserve.config.load import parse_override
+from azserve.config.schema import Config, load_config, replace, save_config
 from azserve.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def test_every_config_loads(path: Path) -> None:
     assert cfg.net.num_actions == game.num_actions
     assert cfg.client.max_rows <= cfg.server.max_batch_size
     # azserve serve --config reads the same file the same way (the net's shape from the game).
-    from azserve.app.serve import serve_config
+    from azserve.run.serve import serve_config
 
     assert serve_config(str(path), [], None) == cfg
 
@@ -209,7 +209,7 @@ def test_every_numeric_key_has_a_range() -> None:
     import dataclasses
     import typing
 
-    from azserve.app.ranges import RANGES, check_value
+    from azserve.config.ranges import RANGES, check_value
 
     missing = []
     hints = typing.get_type_hints(Config)
@@ -222,7 +222,7 @@ def test_every_numeric_key_has_a_range() -> None:
             numeric = typing.get_type_hints(tp)[f.name] in (int, float, float | None, int | None)
             if numeric and not isinstance(value, bool) and f"{section.name}.{f.name}" not in RANGES:
                 missing.append(f"{section.name}.{f.name}")
-    assert not missing, f"keys without a range in azserve/app/ranges.py: {missing}"
+    assert not missing, f"keys without a range in azserve/config/ranges.py: {missing}"
     defaults = Config()
     for key in RANGES:  # the defaults themselves are in range
         section, name = key.split(".")

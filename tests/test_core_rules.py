@@ -100,7 +100,7 @@ def test_the_core_refuses_bad_blobs_and_illegal_moves() -> None:
 def test_go_rules_are_sized_at_run_time(size: int) -> None:
     """Go's compiled rules take the board's size and komi from the game: their sizes, and a
     komi that decides an empty board's score."""
-    from actors.games.go import Go
+    from actors.games.go.rules import Go
 
     for komi in (7.5, -0.5):
         game = Go(size, komi)

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from azserve.app.compare import (
+from azserve.arena.curves import OVERALL, draw_curves, join_points, mistake_rates, read_run
+from azserve.config.schema import load_config
+from azserve.errors import ConfigError
+from azserve.run.compare import (
     Candidate,
     format_table,
     load_candidates,
     run_comparison,
     score_checkpoints,
 )
-from azserve.app.curves import OVERALL, draw_curves, join_points, mistake_rates, read_run
-from azserve.app.schema import load_config
-from azserve.errors import ConfigError
 from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer
 
@@ -219,7 +219,7 @@ def test_games_without_benchmark_sets_give_their_matches_and_no_image(
 def test_compare_from_the_command_line_takes_names_and_files(tmp_path: Path) -> None:
     """The CLI path (several --config, a shipped name among them) on two finished runs: they
     are scored and drawn, not trained again."""
-    from azserve.app.cli import main
+    from azserve.cli.main import main
 
     sets = ["eval.sims=2", "eval.match_games=2"]
     for label, path in (("tictactoe", TTT), ("tictactoe-gumbel", TTT_GUMBEL)):
@@ -239,7 +239,7 @@ def test_compare_no_score_draws_finished_runs_as_they_are(tmp_path: Path) -> Non
     own evaluations; their kept checkpoints are not scored with MCTS. Their checkpoints play
     on one ladder (random at 0): Elo against time in ladder.png, each candidate's newest
     rating in compare.json; a rerun adds the games asked for to the same ladder."""
-    from azserve.app.cli import main
+    from azserve.cli.main import main
 
     for label in ("a", "b"):
         fake_run(tmp_path / "runs" / label, load_config(TTT), 2)
@@ -273,7 +273,7 @@ def test_compare_trains_unfinished_candidates_afresh_and_stops_on_a_config_error
     """Interrupted (summary says so) or never trained (no summary): trained again, a run with
     checkpoints set aside first, one without removed; a child's config error stops the
     comparison before anything is scored or drawn."""
-    import azserve.app.train as train
+    import azserve.run.train as train
 
     cfg = load_config(TTT, ["eval.sims=0", "eval.match_games=0"])
     interrupted = tmp_path / "a"

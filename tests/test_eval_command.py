@@ -15,8 +15,8 @@ import pytest
 
 from actors.games import BUILTIN_GAMES
 from actors.games.connect4_benchmark import SET_NAMES
-from azserve.app.cli import main
-from azserve.app.schema import load_config, to_dict
+from azserve.cli.main import main
+from azserve.config.schema import load_config, to_dict
 from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer
 from tests.test_cli import azserve_cmd

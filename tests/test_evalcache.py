@@ -260,7 +260,7 @@ class _NullSink:
 
 def test_bench_reads_the_window_from_the_status_lines() -> None:
     from actors.evalcache import CacheStats
-    from azserve.app.bench.selfplay import cache_window
+    from azserve.perf.selfplay import cache_window
 
     first = CacheStats(hits=10, shared=5, misses=85, entries=80, bytes=2**20, evictions=0)
     last = CacheStats(hits=110, shared=25, misses=165, entries=200, bytes=3 * 2**20, evictions=4)

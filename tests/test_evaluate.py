@@ -13,9 +13,9 @@ from actors.games import make_game
 from actors.games.connect4_benchmark import SET_NAMES, MistakeRate, load_positions
 from actors.games.minimax import OptimalMoves
 from actors.games.solver import TicTacToeSolver
-from azserve.app.agent import Agent
-from azserve.app.evaluate import evaluate_checkpoint, match, resolve_data_path
-from azserve.app.schema import EvalConfig, load_config, to_dict
+from azserve.arena.agent import Agent
+from azserve.arena.evaluate import evaluate_checkpoint, match, resolve_data_path
+from azserve.config.schema import EvalConfig, load_config, to_dict
 from azserve.model.spec import NetConfig
 from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer

@@ -78,7 +78,7 @@ class Rig:
         if role == "learner" and self.starts.get(role):
             args.append("--resume")
         sets = [a for s in self.sets for a in ("--set", s)]
-        return [sys.executable, "-m", "azserve.app.cli", *args, "--config", str(TTT), *sets]
+        return [sys.executable, "-m", "azserve.cli.main", *args, "--config", str(TTT), *sets]
 
     def start(self, role: str) -> None:
         n = self.starts.get(role, 0)
@@ -217,7 +217,7 @@ def test_supervised_run_recovers_from_kill9_of_every_role(tmp_path: Path) -> Non
     sets = [a for s in [*FAST, "train.restart_children=true", "train.status_interval_s=1",
                         "train.eval_every_s=0", "eval.match_games=0", "eval.sims=0"]
             for a in ("--set", s)]  # fmt: skip
-    argv = [sys.executable, "-m", "azserve.app.cli", "train", "--config", str(TTT),
+    argv = [sys.executable, "-m", "azserve.cli.main", "train", "--config", str(TTT),
             "--run-dir", str(run_dir), "--steps", "150", "--no-progress", *sets]  # fmt: skip
     log = (tmp_path / "train.log").open("wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -128,8 +128,8 @@ def test_a_pause_does_not_count_against_leases() -> None:
 SERVER = textwrap.dedent(
     """
     import sys, uvloop
-    from azserve.app.schema import load_config
-    from azserve.app.serve import serve
+    from azserve.config.schema import load_config
+    from azserve.run.serve import serve
     cfg = load_config(sys.argv[1], [f"server.bind={sys.argv[2]}", "server.version_grace_s=0",
                                     "server.status_interval_s=0", *sys.argv[3:]])
     uvloop.run(serve(cfg))
@@ -170,7 +170,7 @@ async def test_leases_survive_a_stopped_server(tmp_path: Path) -> None:
 
 
 def weights_blob_of_config(config: Path) -> bytes:
-    from azserve.app.schema import load_config
+    from azserve.config.schema import load_config
     from azserve.model.network import build_net
     from azserve.model.weights import state_dict_to_bytes
 
@@ -203,7 +203,7 @@ def test_a_full_disk_is_one_line_and_training_goes_on(
     """ENOSPC while checkpointing: the learner logs it, keeps training, retries, and
     publishes the version only once its checkpoint exists."""
     import learner.learn as learn_mod
-    from azserve.app.schema import learner_settings, load_config
+    from azserve.config.schema import learner_settings, load_config
 
     cfg = load_config(
         Path(__file__).resolve().parents[1] / "configs" / "tictactoe.toml",
@@ -271,7 +271,7 @@ async def test_lease_holders_are_capped(make_server: MakeServer, make_control: M
 
 
 def test_server_refuses_a_message_limit_below_one_batch() -> None:
-    from azserve.app.schema import load_config
+    from azserve.config.schema import load_config
     from azserve.errors import ConfigError
 
     cfg = load_config(None, ["server.max_message_mb=0.01", "server.max_batch_size=4096"])
@@ -432,7 +432,7 @@ def test_the_journal_restores_games_acked_after_the_last_checkpoint(
     duplicate; segments no kept checkpoint needs go, unless ``learner.journal_keep_all``
     (then every segment stays and the count is the same)."""
     import learner.learn as learn_mod
-    from azserve.app.schema import learner_settings, load_config
+    from azserve.config.schema import learner_settings, load_config
     from azserve.protocol import Trajectory
 
     cfg = load_config(

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from azserve import SyncClient
-from azserve.app.cli import EXAMPLES, build_parser, main, package_version
-from azserve.app.schema import load_config, to_dict
+from azserve.cli.main import EXAMPLES, build_parser, main, package_version
+from azserve.config.schema import load_config, to_dict
 from azserve.errors import RemoteError
 from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer
@@ -140,7 +140,7 @@ def command_of(argv: list[str]) -> str:
 
 def subcommands() -> list[str]:
     """Every subcommand the parser knows, ``bench serve`` and its siblings included."""
-    from azserve.app.cli import subcommand
+    from azserve.cli.main import subcommand
 
     parser = build_parser()
     top = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -302,7 +302,7 @@ def test_help_shows_defaults_and_an_example_and_version(capsys: pytest.CaptureFi
 
 def test_defaults_are_printed_once() -> None:
     """No option's help says its default by hand as well as through the formatter."""
-    from azserve.app.cli import subcommand
+    from azserve.cli.main import subcommand
 
     for name in ["", *subcommands()]:
         p = subcommand(build_parser(), name) if name else build_parser()
@@ -362,7 +362,7 @@ def test_dry_run_of_every_shipped_cluster_file_works_anywhere(
 
 def test_shipped_config_names_resolve_outside_the_checkout(tmp_path: Path) -> None:
     p = subprocess.run(
-        [sys.executable, "-c", "from azserve.app.presets import resolve_config as r; "
+        [sys.executable, "-c", "from azserve.config.presets import resolve_config as r; "
          "print(r('connect4')); print(r('configs/tictactoe.toml'))"],
         capture_output=True, text=True, cwd=tmp_path, timeout=60,
     )  # fmt: skip
@@ -380,7 +380,7 @@ def test_every_config_ships_and_loads_by_name(name: str, tmp_path: Path) -> None
     import tomllib
 
     from actors.games import BUILTIN_GAMES
-    from azserve.app.presets import resolve_config, shipped_configs
+    from azserve.config.presets import resolve_config, shipped_configs
 
     assert name in shipped_configs(), f"configs/{name}.toml: no link in azserve/configs/"
     path = resolve_config(name)

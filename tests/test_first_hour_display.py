@@ -13,7 +13,7 @@ import textwrap
 
 import pyte
 
-from azserve.app.display import Display, Row, bar, human, pct, sig
+from azserve.run.display import Display, Row, bar, human, pct, sig
 
 STAMP = re.compile(r"^\d\d:\d\d:\d\d ")
 
@@ -42,7 +42,7 @@ def test_live_frames_fit_80_columns_on_a_pseudo_terminal() -> None:
         f"""
         import fcntl, struct, sys, termios
         fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 132, 0, 0))
-        from azserve.app.display import Display, Row
+        from azserve.run.display import Display, Row
         d = Display()
         assert d.live
         d.start()

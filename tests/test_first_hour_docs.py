@@ -1,4 +1,4 @@
-"""Generated docs stay current: docs/config.md is what ``python -m azserve.app.config_docs``
+"""Generated docs stay current: docs/config.md is what ``python -m azserve.config.docs``
 prints now (``make docs`` rewrites it), every config key has a docstring, and
 docs/protocol.md names every field of the ``status`` reply's contract."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from azserve.app.config_docs import render
+from azserve.config.docs import render
 
 REPO = Path(__file__).resolve().parents[1]
 

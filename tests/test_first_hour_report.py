@@ -10,8 +10,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from azserve.app.report import build_figure, with_gaps, write_report
-from azserve.app.schema import load_config, save_config
+from azserve.config.schema import load_config, save_config
+from azserve.run.report import build_figure, with_gaps, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -57,14 +57,14 @@ def test_wheel_outside_the_checkout_trains_tictactoe(tmp_path: Path) -> None:
     # The installed copy first on the path (before the checkout the venv points at).
     env = dict(os.environ, PYTHONPATH=str(site), AZSERVE_SET=BUDGET)
     probe = subprocess.run(
-        [sys.executable, "-c", "import azserve, azserve.app.presets as p; "
+        [sys.executable, "-c", "import azserve, azserve.config.presets as p; "
          "print(azserve.__file__); print(p.resolve_data_path('data/connect4/move_scores.tsv'))"],
         capture_output=True, text=True, env=env, cwd=work, timeout=60,
     )  # fmt: skip
     module, data = probe.stdout.split()
     assert module.startswith(str(site)) and data.startswith(str(site)), probe.stdout
     run = subprocess.run(
-        [sys.executable, "-m", "azserve.app.cli", "train", "--config", "tictactoe",
+        [sys.executable, "-m", "azserve.cli.main", "train", "--config", "tictactoe",
          "--run-dir", "run", "--set", "server.metrics_port=0", "--set", "learner.metrics_port=0",
          "--set", "actors.metrics_port=0"],
         capture_output=True, text=True, env=env, cwd=work, timeout=240,

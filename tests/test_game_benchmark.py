@@ -13,11 +13,11 @@ import pytest
 
 from actors.games import benchmarks_by_name, make_game
 from actors.games.benchmark import OVERALL, Series
-from azserve.app.cli import main
-from azserve.app.curves import draw_curves, read_run
-from azserve.app.evaluate import evaluate_checkpoint
-from azserve.app.report import build_figure
-from azserve.app.schema import load_config, save_config, to_dict
+from azserve.arena.curves import draw_curves, read_run
+from azserve.arena.evaluate import evaluate_checkpoint
+from azserve.cli.main import main
+from azserve.config.schema import load_config, save_config, to_dict
+from azserve.run.report import build_figure
 from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer
 from tests.test_game_in_one_file import doc_block

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from actors.games import make_game
-from azserve.app.schema import load_config
+from azserve.config.schema import load_config
 from learner.checkpoint import latest_checkpoint, load_checkpoint
 from tests.conftest import quick_train_argv
 

@@ -9,7 +9,7 @@ import pytest
 
 from actors.compiled_mcts import core, core_rules
 from actors.games import make_game
-from actors.games.go_features import PLANES, GoFeatures
+from actors.games.go.features import PLANES, GoFeatures
 
 
 def rc(row: int, col: int) -> int:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from actors.games import make_game
-from azserve.app.gtp import Engine, MoveSource
-from azserve.app.gtp_board import Board, GtpError
-from azserve.app.gtp_search import MoveInfo, Report
-from azserve.app.schema import load_config, to_dict
+from azserve.config.schema import load_config, to_dict
+from azserve.engines.gtp.board import Board, GtpError
+from azserve.engines.gtp.engine import Engine, MoveSource
+from azserve.engines.gtp.report import MoveInfo, Report
 from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer
 from tests.test_cli import azserve_cmd

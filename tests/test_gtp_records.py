@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.games.go import Go
-from azserve.app.gtp import Engine
-from azserve.app.gtp_board import GtpError, free_handicap_points, handicap_points
-from azserve.app.gtp_time import MIN_SECONDS, SAFETY, Clock
-from azserve.app.sgf_read import SgfError, parse_nodes, read
+from actors.games.go.rules import Go
+from actors.games.go.sgf import SgfError, parse_nodes, read
+from azserve.engines.gtp.board import GtpError, free_handicap_points, handicap_points
+from azserve.engines.gtp.clock import MIN_SECONDS, SAFETY, Clock
+from azserve.engines.gtp.engine import Engine
 from tests.test_gtp import Scripted
 
 GNUGO = shutil.which("gnugo") or shutil.which("gnugo", path="/usr/games")

@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
-from actors.games.go import Go
-from azserve.app import go_status
-from azserve.app.gtp import Engine
+from actors.games.go import status as go_status
+from actors.games.go.rules import Go
+from azserve.engines.gtp.engine import Engine
 from tests.test_gtp import Scripted
 
 GNUGO = shutil.which("gnugo") or shutil.which("gnugo", path="/usr/games")

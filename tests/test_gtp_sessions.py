@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.games.go import Go
+from actors.games.go.rules import Go
 from tests.test_cli import azserve_cmd
 from tests.test_gtp import go_checkpoint, replies
 

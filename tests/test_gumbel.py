@@ -21,10 +21,10 @@ from actors.search import GumbelMoves, MCTSConfig, PuctMoves, considered_visits
 from actors.searches import make_search
 from actors.selfplay import SelfPlay, SelfPlayStats, play_game
 from actors.sinks import BaseSink
-from azserve.app.bench.selfplay import parse_status_lines
-from azserve.app.schema import load_config
 from azserve.client import ClientConfig, EvalClient
+from azserve.config.schema import load_config
 from azserve.errors import ConfigError
+from azserve.perf.selfplay import parse_status_lines
 from tests.conftest import MakeServer
 
 pytestmark = pytest.mark.timeout(60)

@@ -81,7 +81,7 @@ def test_none_syncs_only_at_rotation_and_close(tmp_path: Path, fsyncs: list[int]
 
 def _learner(tmp_path: Path, sync_ms: float):  # type: ignore[no-untyped-def]
     import learner.learn as learn_mod
-    from azserve.app.schema import learner_settings, load_config
+    from azserve.config.schema import learner_settings, load_config
 
     cfg = load_config(
         REPO / "configs" / "tictactoe.toml",

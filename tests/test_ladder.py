@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 from actors.games import make_game
-from azserve.app.agent import agent_from_checkpoint
-from azserve.app.ladder import (
+from azserve.arena.agent import agent_from_checkpoint
+from azserve.arena.ladder.output import at_equal_time
+from azserve.arena.ladder.schedule import (
     RANDOM,
     Entrant,
     LadderReport,
@@ -29,12 +30,11 @@ from azserve.app.ladder import (
     referee_game,
     run_ladder,
 )
-from azserve.app.ladder_output import at_equal_time
-from azserve.app.ladder_store import Store, game_seed, pair_of, results_of
-from azserve.app.players import AgentPlayer, RandomPlayer
-from azserve.app.ratings import Rating, Result, expected_score, fit
-from azserve.app.referee import play_game
-from azserve.app.schema import load_config, to_dict
+from azserve.arena.ladder.store import Store, game_seed, pair_of, results_of
+from azserve.arena.players import AgentPlayer, RandomPlayer
+from azserve.arena.ratings import Rating, Result, expected_score, fit
+from azserve.arena.referee import play_game
+from azserve.config.schema import load_config, to_dict
 from azserve.errors import AzserveError
 from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer
@@ -447,7 +447,7 @@ class _Broken:
 
 
 def test_a_job_that_cannot_start_stops_the_command_with_a_clear_error() -> None:
-    from azserve.app.jobs import GamePool
+    from azserve.arena.pool import GamePool
 
     pool = GamePool(1, _Broken, None)
     try:

@@ -19,8 +19,8 @@ from actors.games import make_game
 from actors.sender import TrajectorySender
 from azserve import InferenceServer, InitialWeights, ServerConfig, SyncClient
 from azserve import protocol as P
-from azserve.app.schema import Config, learner_settings, load_config
 from azserve.backends import BackendConfig, make_backend
+from azserve.config.schema import Config, learner_settings, load_config
 from azserve.model.network import build_net, initial_weights
 from learner.checkpoint import list_checkpoints, load_checkpoint
 from learner.learn import Learner

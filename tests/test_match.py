@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from actors.games import make_game
-from actors.games.go import EMPTY
-from azserve.app.match import GameResult, play_one, summarize
-from azserve.app.players import (
+from actors.games.go.rules import EMPTY
+from actors.games.go.sgf import sgf
+from azserve.arena.match import GameResult, play_one, summarize
+from azserve.arena.players import (
     RESIGN,
     GtpPlayer,
     OpenSpielMctsPlayer,
@@ -29,8 +30,8 @@ from azserve.app.players import (
     parse_gtp_score,
     parse_spec,
 )
-from azserve.app.ratings import wilson
-from azserve.app.referee import play_game, sgf
+from azserve.arena.ratings import wilson
+from azserve.arena.referee import play_game
 from azserve.errors import ConfigError
 from tests.test_cli import azserve_cmd
 from tests.test_gtp import go_checkpoint
@@ -303,7 +304,7 @@ def test_an_opponent_that_agrees_on_the_winner_but_not_the_margin_still_counts()
 
 def test_openspiel_mcts_takes_the_ladders_63_bit_game_seeds() -> None:
     pytest.importorskip("pyspiel")
-    from azserve.app.ladder_store import game_seed
+    from azserve.arena.ladder.store import game_seed
 
     game = make_game("tictactoe")
     seed = game_seed(0, ("tictactoe@100", "openspiel-mcts:20"), 3)

@@ -357,7 +357,7 @@ async def test_perfect_play_with_exact_values(solver: TicTacToeSolver) -> None:
 
 
 async def test_bench_runs_and_reports_every_contender() -> None:
-    from azserve.app.bench.mcts import run
+    from azserve.perf.mcts import run
 
     report = await run(seconds=0.6, simulations=40, in_flight=4, seed=0)
     names = ["azserve", "azserve_in_flight", "azserve_gumbel", "azserve_gumbel_python"]

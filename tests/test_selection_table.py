@@ -99,7 +99,7 @@ def test_the_knobs_are_the_configs_fields_by_name() -> None:
 
 def test_wide_rounds_and_wide_games_need_no_caps() -> None:
     """No compile-time bound: 200 leaves in flight, and Go 25x25's 626 actions."""
-    from actors.games.go import Go
+    from actors.games.go.rules import Go
 
     cfg = MCTSConfig(num_simulations=400, leaves_in_flight=200, virtual_loss=1.0)
     go = Go(25)

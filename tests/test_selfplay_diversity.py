@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from azserve.app.config import to_dict
-from azserve.app.schema import load_config
+from azserve.config.load import to_dict
+from azserve.config.schema import load_config
 from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer
 from tests import conftest

@@ -176,7 +176,7 @@ async def test_off_by_default(make_server: MakeServer, make_client: MakeClient) 
 
 
 def test_bench_selfplay_reports_the_servers_cache_over_its_window() -> None:
-    from azserve.app.bench.selfplay import server_cache_window
+    from azserve.perf.selfplay import server_cache_window
 
     first = {"cache": {"hits": 10, "shared": 2, "misses": 88, "evictions": 0, "entries": 88,
                        "bytes": 2**20}}  # fmt: skip

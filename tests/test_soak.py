@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from azserve.app.bench.soak_sampling import parse_actor_line, summarize_actor_lines
-from azserve.app.bench.soak_verdicts import growth, process_growth, split_windows
+from azserve.perf.soak_sampling import parse_actor_line, summarize_actor_lines
+from azserve.perf.soak_verdicts import growth, process_growth, split_windows
 from tests.test_bench import run_bench
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(240)]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from actors.games.go import BLACK, WHITE, Go, GoState
+from actors.games.go.rules import BLACK, WHITE, Go, GoState
 from actors.games.othello import Othello, OthelloState
 from actors.games.tictactoe import TicTacToe
 from actors.selfplay import FinishedGame, game_targets, to_message
@@ -327,7 +327,7 @@ def test_the_trainer_learns_the_targets_it_is_given() -> None:
 def test_trained_targets_need_their_heads_and_a_game_that_gives_them() -> None:
     with pytest.raises(ConfigError, match="add 'ownership' to net.heads"):
         Trainer(NET5, TrainerConfig(device="cpu", ownership_weight=1.0))
-    from azserve.app.schema import load_config
+    from azserve.config.schema import load_config
 
     with pytest.raises(ConfigError, match="trainer.score_weight=1.0 needs the score head"):
         load_config(None, ["game=go9", "trainer.score_weight=1.0"])
@@ -338,7 +338,7 @@ def test_trained_targets_need_their_heads_and_a_game_that_gives_them() -> None:
         )
     # The reply needs nothing of the game.
     cfg = load_config(None, ["game=tictactoe", "trainer.reply_weight=1", 'net.heads=["reply"]'])
-    from azserve.app.schema import actors_config
+    from azserve.config.schema import actors_config
 
     assert actors_config(cfg).targets and not load_config(None, ["game=go9"]).actors.targets
     with pytest.raises(ConfigError, match="trainer.reply_weight: must be >= 0"):
@@ -348,7 +348,7 @@ def test_trained_targets_need_their_heads_and_a_game_that_gives_them() -> None:
 def test_go9_with_every_part_off_is_the_plain_alphazero_config() -> None:
     """configs/go9.toml (the default since issue 36's A/B) is configs/go9-alphazero.toml plus
     the features, pooling and targets: switched off key by key, the two configs are equal."""
-    from azserve.app.schema import actors_config, load_config
+    from azserve.config.schema import actors_config, load_config
 
     repo = Path(__file__).resolve().parents[1] / "configs"
     default, plain = load_config(repo / "go9.toml"), load_config(repo / "go9-alphazero.toml")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from azserve.app.schema import load_config
+from azserve.config.schema import load_config
 from learner.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
 from learner.runlog import read_metrics
 from learner.trainer import Trainer
@@ -40,7 +40,7 @@ TINY = [
 
 def train_cmd(run_dir: Path, *args: str) -> list[str]:
     script = Path(sys.executable).with_name("azserve")
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.app.cli"]
+    head = [str(script)] if script.exists() else [sys.executable, "-m", "azserve.cli.main"]
     sets = [a for s in TINY for a in ("--set", s)]
     return [
         *head,

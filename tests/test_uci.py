@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.games.chess import Chess
-from azserve.app.schema import load_config, to_dict
-from azserve.app.uci import Limits, UciError, centipawns, parse_go
+from actors.games.chess.rules import Chess
+from azserve.config.schema import load_config, to_dict
+from azserve.engines.uci import Limits, UciError, centipawns, parse_go
 from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer
 from tests.test_cli import azserve_cmd

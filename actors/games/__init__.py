@@ -40,13 +40,13 @@ BUILTIN_GAMES: dict[str, str] = {
     "tictactoe": "actors.games.tictactoe:TicTacToe",
     "connect4": "actors.games.connect4:ConnectFour",
     "othello": "actors.games.othello:Othello",
-    "go9": "actors.games.go:Go",
-    "go13": "actors.games.go:Go13",
-    "go19": "actors.games.go:Go19",
-    "go9-features": "actors.games.go_features:GoFeatures",
-    "go13-features": "actors.games.go_features:GoFeatures13",
-    "go19-features": "actors.games.go_features:GoFeatures19",
-    "chess": "actors.games.chess:Chess",
+    "go9": "actors.games.go.rules:Go",
+    "go13": "actors.games.go.rules:Go13",
+    "go19": "actors.games.go.rules:Go19",
+    "go9-features": "actors.games.go.features:GoFeatures",
+    "go13-features": "actors.games.go.features:GoFeatures13",
+    "go19-features": "actors.games.go.features:GoFeatures19",
+    "chess": "actors.games.chess.rules:Chess",
 }
 """Built-in game names -> ``module:Class`` (imported when first asked for)."""
 

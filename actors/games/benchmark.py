@@ -30,7 +30,7 @@ class Move(Protocol):
 
 
 class Analyst(Protocol):
-    """What a benchmark needs of an agent (``azserve.app.agent.Agent`` is one): its game, and
+    """What a benchmark needs of an agent (``azserve.arena.agent.Agent`` is one): its game, and
     its move at each of many positions, by the raw policy (``sims`` 0) or by a search of
     ``sims`` simulations."""
 

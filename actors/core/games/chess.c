@@ -1,5 +1,5 @@
 /* Chess on bitboards (the rules' params: max_plies, history; 512 and 7 by default): the rules
- * actors/games/chess.py plays through, checked by perft and against OpenSpiel's chess.
+ * actors/games/chess/rules.py plays through, checked by perft and against OpenSpiel's chess.
  *
  * Blob (little-endian), what Python's core_state gives:
  *   [0, 64)    board: 0 empty, 1..6 white P N B R Q K, 7..12 black; square rank * 8 + file

@@ -1,6 +1,6 @@
 /* Go under Tromp-Taylor rules at any size from 2x2 to 25x25 and any komi (the rules' params:
- * size, komi, features; 9, 7.5 and 0 by default): the same rules as actors/games/go.py, the
- * oracle (with features: actors/games/go_features.py).
+ * size, komi, features; 9, 7.5 and 0 by default): the same rules as actors/games/go/rules.py, the
+ * oracle (with features: actors/games/go/features.py).
  *
  * Blob: board[N * N] (0 empty, 1 black, 2 white; cell row * N + col, row 0 at the bottom),
  * colour u8 (0 black to move), passes u8 (consecutive), ply u16; with features, then the ko
@@ -13,7 +13,7 @@
 
 #include "../blob.h"
 
-#define GO_MAX_N 25 /* GTP's columns, A..Z without I (as actors/games/go.py) */
+#define GO_MAX_N 25 /* GTP's columns, A..Z without I (as actors/games/go/rules.py) */
 /* The hot functions are written once with the size as a parameter and inlined into a copy per
  * common size (9, 13, 19: loops of a known length) and a general one. */
 #define GO_INLINE static inline __attribute__((always_inline))

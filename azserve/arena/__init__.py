@@ -1,0 +1,3 @@
+"""Who plays a judged game, who decides it and how strong the players are: the in-process
+agent, the players (ours, GTP and UCI engines, OpenSpiel's MCTS), the referee, the worker
+pool, match, evaluate, ratings, curves and the ladder."""

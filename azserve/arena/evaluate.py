@@ -1,0 +1,205 @@
+"""How good is the agent? Its game's benchmarks, and matches against other players.
+
+- Benchmarks: what the game scores itself on (``Game.benchmarks()``, actors/games/benchmark.py):
+  tic-tac-toe the share of optimal moves over every reachable position, Connect Four the
+  mistake rate per set of positions with exact scores; raw policy and MCTS.
+- Matches: win/draw/loss against uniform random play and against an earlier version.
+
+``azserve eval --checkpoint RUN`` runs the benchmarks, or a match against random play for a
+game without any, on one checkpoint (``run_eval``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from actors.games import BUILTIN_GAMES, Benchmark, Game, State, make_game
+from azserve.arena.agent import Agent, analysis_mcts
+from azserve.config.presets import resolve_data_path
+from azserve.config.schema import Config
+from azserve.errors import ConfigError, WeightsError
+from azserve.model.weights import load_weights_file
+
+
+def benchmark_scores(agent: Agent, sims: int, positions: str, limit: int) -> dict[str, Any]:
+    """Each of the agent's game's benchmarks run, their results by name. ``positions`` (a data
+    path, found by ``resolve_data_path``) and ``limit`` go to those that read positions from a
+    file."""
+    out: dict[str, Any] = {}
+    for b in agent.game.benchmarks():
+        if b.takes_positions:
+            out[b.name] = b.run(agent, sims, resolve_data_path(positions), limit)
+        else:
+            out[b.name] = b.run(agent, sims)
+    return out
+
+
+def games_with_positions() -> list[str]:
+    """The built-in games one of whose benchmarks reads a positions file."""
+    return [
+        name
+        for name in BUILTIN_GAMES
+        if any(b.takes_positions for b in make_game(name).benchmarks())
+    ]
+
+
+async def _play(
+    game: Game, players: list[Any], rng: np.random.Generator, opening_plies: int
+) -> float:
+    """One game; players[i] is (Agent, sims) or None (uniform random); the first
+    ``opening_plies`` moves are random so that deterministic agents play varied games.
+    Returns the first player's result."""
+    state: State = game.initial_state()
+    ply = 0
+    while not game.is_terminal(state):
+        p = players[game.to_play(state)]
+        if p is None or ply < opening_plies:
+            action = int(rng.choice(game.legal_actions(state)))
+        else:
+            agent, sims = p
+            action = (await agent.analyze([state], sims))[0].move
+        state = game.apply(state, action)
+        ply += 1
+    tv = game.terminal_value(state)
+    return tv if game.to_play(state) == 0 else -tv
+
+
+def match(
+    agent: Agent,
+    opponent: Agent | None,
+    games: int,
+    sims: int,
+    seed: int = 0,
+    opening_plies: int = 0,
+) -> dict[str, int]:
+    """``agent`` against ``opponent`` (None = uniform random), alternating colours; all games
+    run concurrently so their searches share batches. Returns agent's wins/draws/losses."""
+    game = agent.game
+
+    async def run() -> list[float]:
+        tasks = []
+        for i in range(games):
+            me, them = (agent, sims), (None if opponent is None else (opponent, sims))
+            players = [me, them] if i % 2 == 0 else [them, me]
+            # Game pairs share an opening (same seed), each side playing it once with each colour.
+            tasks.append(_play(game, players, np.random.default_rng([seed, i // 2]), opening_plies))
+        return await asyncio.gather(*tasks)
+
+    results = asyncio.run(run())
+    mine = [r if i % 2 == 0 else -r for i, r in enumerate(results)]
+    return {
+        "win": sum(r > 0 for r in mine),
+        "draw": sum(r == 0 for r in mine),
+        "loss": sum(r < 0 for r in mine),
+    }
+
+
+def evaluate_checkpoint(
+    cfg: Config, path: str | Path, full: bool, previous: str | Path | None = None
+) -> dict[str, Any]:
+    """Score one checkpoint: its game's benchmarks (raw policy always, MCTS when ``full``),
+    matches against uniform random, and against ``previous`` (an earlier checkpoint) when
+    given."""
+    game = make_game(cfg.game)
+    # Read both files now: during a run, retention may delete ``previous`` (the oldest kept)
+    # while the benchmark below computes.
+    # Both on the serving path of the run's backend (compiled once per process, each a version).
+    weights = load_weights_file(path)
+    earlier_weights = None if previous is None else load_weights_file(previous)
+    agent = Agent(game, cfg.net, weights, analysis_mcts(cfg), backend=cfg.backend)
+    earlier = None
+    try:
+        if earlier_weights is not None:
+            earlier = Agent(game, cfg.net, earlier_weights, analysis_mcts(cfg), backend=cfg.backend)
+        return _scores(cfg, agent, earlier, full)
+    finally:
+        agent.close()
+        if earlier is not None:
+            earlier.close()
+
+
+def _scores(cfg: Config, agent: Agent, earlier: Agent | None, full: bool) -> dict[str, Any]:
+    sims = cfg.eval.sims if full else 0
+    out = benchmark_scores(agent, sims, cfg.eval.c4_positions, cfg.eval.c4_limit)
+    if cfg.eval.match_games:
+        out["vs_random"] = match(agent, None, cfg.eval.match_games, cfg.eval.match_sims)
+        if earlier is not None:
+            out["vs_previous"] = match(
+                agent, earlier, cfg.eval.match_games, cfg.eval.match_sims, opening_plies=2
+            )
+    return out
+
+
+def eval_scalars(result: dict[str, Any], prefix: str = "eval") -> dict[str, float]:
+    """An evaluation result as flat TensorBoard scalars: ``{NAME: {"policy_optimal": 0.98}}``
+    -> ``{"eval/NAME/policy_optimal": 0.98}``; match results as scores in [0, 1]
+    (win 1, draw 1/2)."""
+    out: dict[str, float] = {}
+    for key, value in result.items():
+        name = f"{prefix}/{key}"
+        if isinstance(value, dict) and {"win", "draw", "loss"} <= set(value):
+            n = max(1, value["win"] + value["draw"] + value["loss"])
+            out[f"{name}/score"] = (value["win"] + 0.5 * value["draw"]) / n
+        elif isinstance(value, dict):
+            out.update(eval_scalars(value, name))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """The ``azserve eval`` main: score ``args.checkpoint`` and print the result as JSON
+    (written to ``args.json`` too when given)."""
+    from azserve.arena.agent import agent_from_checkpoint
+    from azserve.files import emit
+    from learner.checkpoint import load_checkpoint
+
+    cfg, agent = agent_from_checkpoint(args.checkpoint, args.config, args.overrides, args.game)
+    benchmarks = agent.game.benchmarks()
+    if (args.positions or args.limit is not None) and not any(
+        b.takes_positions for b in benchmarks
+    ):
+        flag = "--positions" if args.positions else "--limit"
+        raise ConfigError(
+            f"{flag}: benchmark positions are for {', '.join(games_with_positions())}, "
+            f"not {cfg.game}"
+        )
+    sims = cfg.eval.sims if args.sims is None else args.sims
+    games = args.games if args.games is not None else (0 if benchmarks else cfg.eval.match_games)
+    out: dict[str, Any] = {"checkpoint": str(args.checkpoint), "game": cfg.game, "sims": sims}
+    try:
+        meta = load_checkpoint(args.checkpoint).meta
+        out.update(step=meta.step, version=meta.version)
+    except WeightsError:  # plain weights: no step or version
+        pass
+    t0 = time.monotonic()
+    positions = args.positions or cfg.eval.c4_positions
+    limit = cfg.eval.c4_limit if args.limit is None else args.limit
+    if any(b.takes_positions for b in benchmarks):
+        out["positions_file"] = str(resolve_data_path(positions))
+    out.update(benchmark_scores(agent, sims, positions, limit))
+    if games:
+        out["vs_random"] = match(agent, None, games, sims)
+        out["match_games"] = games
+    out["eval_s"] = round(time.monotonic() - t0, 3)
+    emit(out, args.json)
+    print(summary_line(out, benchmarks), file=sys.stderr)
+    return 0
+
+
+def summary_line(result: dict[str, Any], benchmarks: tuple[Benchmark, ...] = ()) -> str:
+    """One line for people: the headline figures of an ``azserve eval`` result, each of
+    ``benchmarks`` (the game's) saying its own."""
+    parts = [f"{result['game']}, {result['sims']} sims"]
+    parts += [b.summary(result[b.name]) for b in benchmarks if b.name in result]
+    if "vs_random" in result:
+        r = result["vs_random"]
+        parts.append(f"vs random {r['win']}-{r['draw']}-{r['loss']} (win-draw-loss)")
+    return "azserve eval: " + ", ".join(parts)

@@ -1,0 +1,145 @@
+"""The ladder's store: one append-only JSON-lines file of finished games (``games.jsonl``),
+and what identifies a game in it. A game is named by its pair (in canonical order) and its
+number within the pair, which fix its colours and its seed; so a ladder resumes after any
+interruption without losing or repeating a game.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from azserve.arena.ratings import Rating, Result
+from azserve.errors import AzserveError
+
+
+@dataclass(frozen=True)
+class Entrant:
+    """One player on the ladder: a checkpoint of a run, or an anchor."""
+
+    name: str
+    """Unique on the ladder: ``RUN@STEP`` for a checkpoint, the spec for an anchor."""
+    spec: str
+    """What ``make_player`` builds (``checkpoint:PATH`` for a checkpoint)."""
+    run: str | None = None
+    """The run's label (its directory's name); None for an anchor."""
+    step: int | None = None
+    hours: float | None = None
+    """Wall-clock hours from the run's start to the checkpoint (from its metrics rows)."""
+    positions: int | None = None
+    """Positions recorded by then."""
+
+    @property
+    def anchor(self) -> bool:
+        return self.run is None
+
+
+@dataclass
+class LadderReport:
+    """What one invocation did and the ratings after it."""
+
+    played: int
+    total: int
+    ratings: dict[str, Rating]
+    entrants: list[Entrant]
+    disputed: int
+    results: list[Result] = field(default_factory=list)
+    """Every stored game that counts (not disputed), from black's side."""
+
+
+def pair_of(a: str, b: str) -> tuple[str, str]:
+    """A pair in its canonical order (which decides colours: the first is black in even games)."""
+    return (a, b) if a < b else (b, a)
+
+
+def game_seed(base: int, pair: tuple[str, str], k: int) -> int:
+    """A game's seed: stable across processes and machines (no Python ``hash``)."""
+    digest = hashlib.sha256(f"{base}\0{pair[0]}\0{pair[1]}\0{k}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+class Store:
+    """The ladder's append-only JSON-lines file of finished games; one writer at a time (a
+    second ladder on the same directory is refused while the first runs)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock: IO[bytes] = open(path.with_name(path.name + ".lock"), "ab")  # noqa: SIM115
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise AzserveError(f"another ladder is writing {path}") from None
+        self.games: list[dict[str, Any]] = []
+        self.counts: dict[tuple[str, str], int] = {}
+        try:
+            self._read()
+        except BaseException:
+            self._lock.close()
+            raise
+        self._out = open(path, "ab")  # noqa: SIM115 - closed in close()
+
+    def _read(self) -> None:
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        good = data.rfind(b"\n") + 1  # a torn last line (killed mid-write) is cut off
+        if good < len(data):
+            print(f"ladder: {self.path}: cut off a torn last line ({len(data) - good} bytes)",
+                  file=sys.stderr)  # fmt: skip
+            with open(self.path, "r+b") as f:
+                f.truncate(good)
+        for n, line in enumerate(data[:good].splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                g = json.loads(line)
+                pair, k = (g["pair"][0], g["pair"][1]), int(g["k"])
+            except (ValueError, KeyError, TypeError, IndexError) as e:
+                raise AzserveError(f"{self.path}:{n}: not a game record ({e})") from None
+            if k != self.counts.get(pair, 0):
+                raise AzserveError(
+                    f"{self.path}:{n}: game {k} of {pair[0]} v {pair[1]} out of order "
+                    f"(expected {self.counts.get(pair, 0)})"
+                )
+            self.counts[pair] = k + 1
+            self.games.append(g)
+
+    def next_k(self, pair: tuple[str, str]) -> int:
+        return self.counts.get(pair, 0)
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write one game durably (flushed and fsynced before this returns)."""
+        pair, k = (record["pair"][0], record["pair"][1]), record["k"]
+        assert k == self.next_k(pair), (pair, k)
+        self._out.write(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+        self._out.flush()
+        os.fsync(self._out.fileno())
+        self.counts[pair] = k + 1
+        self.games.append(record)
+
+    def close(self) -> None:
+        self._out.close()
+        self._lock.close()
+
+
+def results_of(games: Iterable[dict[str, Any]]) -> list[Result]:
+    """The games that count for the fit (disputed ones do not), from black's side."""
+    out = []
+    for g in games:
+        if g["reason"] == "disputed":
+            continue
+        score = 0.5 if g["winner"] is None else (1.0 if g["winner"] == 0 else 0.0)
+        out.append(Result(g["black"], g["white"], score))
+    return out
+
+
+__all__ = ["Store", "game_seed", "pair_of", "results_of"]

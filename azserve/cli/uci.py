@@ -1,0 +1,28 @@
+"""``azserve uci``: a chess checkpoint as a UCI engine."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from azserve.cli.args import checkpoint_arg, common, sims_arg
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "uci",
+        help="a chess checkpoint as a UCI engine on stdin/stdout (cutechess-cli, chess GUIs)",
+        description="Speak the Universal Chess Interface on stdin/stdout: uci, isready, "
+        "ucinewgame, position startpos|fen ... moves ..., go nodes|movetime|wtime/btime/"
+        "winc/binc|infinite, stop, quit; info lines with nodes, score and pv; bestmove.",
+    )
+    common(p, config_required=False)
+    checkpoint_arg(p, "a chess checkpoint")
+    sims_arg(p, "per go without limits (default eval.sims)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from azserve.engines.uci import run_uci
+
+    return run_uci(args)

@@ -1,0 +1,521 @@
+"""``azserve bench chaos``: a fleet under random faults; is anything lost?
+
+It builds five hosts on this machine (network namespaces on one bridge, ``bench.netns``; root
+only), one role each: the learner (and the run dir), server ``s0``, server ``s1``, actor group
+``east`` (on ``s0``) and ``west`` (on ``s1``). Each host makes its own CURVE key pair; only
+public keys are copied. Then ``azserve launch`` runs the fleet with the ssh engine
+(``ip netns exec HOST`` as the remote command) for ``--minutes``, while an injector, seeded by
+``--seed``, strikes every ``--interval`` seconds (20 to 60 by default) from the first published
+version to ``--quiet-s`` before the end. Each strike picks a role (server, learner, actors), one
+process of it, and a kind:
+
+- ``kill``: ``kill -9`` of the role's process (the launcher restarts it);
+- ``stop``: ``SIGSTOP`` for a random 1 to 20 s, then ``SIGCONT`` (a hang, not a death);
+- ``host``: ``kill -9`` of every process in the role's namespace at once, its watchdog
+  included: a host crash as far as processes go (the kernel's page cache survives, so what the
+  journal had written but not fsynced is not lost here; ``learner.journal_sync_ms`` bounds that
+  window on a real host, docs/reliability.md).
+
+A strike waits for the previous one's recovery. Recovery, from the kill (or the ``SIGCONT``) to
+the first sign of the role working again in its log: a server goes live on a version, the
+learner publishes one, an actor process reports finished games. Every strike is logged
+(``chaos.jsonl`` in the work dir) with its time, kind, role, pids and recovery.
+
+After the run it counts from the learner's journal (every segment is kept:
+``learner.journal_keep_all``) and the actors' logs, one actor life at a time
+(a life is one process: ``actors.main`` logs its id, START_TAG, and on a clean exit its
+summary; a killed life's figures are those of its last status line):
+
+- ``games_stored``: distinct ``(actor, game_id)`` in the journal, which must equal the count
+  the learner and the launcher report; ``duplicates``: records more;
+- ``acked_lost``: per life, games the actor saw acked (its summary, or its last status line: a
+  lower bound) beyond the games of that life in the journal; must be 0;
+- ``games_abandoned`` by reason: the actors' own (clean lives), ``process died in play`` (a
+  killed life's game coroutines, each mid-game) and ``killed before ack`` (finished games of a killed
+  life not in the journal: its last status line's count, so a lower bound);
+- ``games_started`` = stored + abandoned; ``versions_monotonic``: the learner's published
+  versions never go down across its restarts, no actor life's latest version goes down, and
+  each server's restarted life is caught up to at least the newest version of its previous
+  life (within a life a server's latest is the newest it holds; an older version that goes
+  live is a restore for games pinned to it: ``server_restores``);
+- ``max_recovery_s`` against ``--recovery-s``; ``final_eval``: the run's last evaluation and
+  whether it is sane (its score against random at least ``--min-score``).
+
+``verdicts.ok`` holds when every check holds; the command exits 1 when one does not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from azserve.errors import AzserveError
+from azserve.perf.netns import NetnsHost, NetnsLan, destroy_lan, make_lan, unavailable
+from azserve.run.actor_lives import KILLED_IN_PLAY, STATUS, actor_lives
+
+KINDS = ("kill", "stop", "host")
+ROLES = ("server", "learner", "actors")
+SERVERS = ("s0", "s1")
+GROUPS = {"east": "s0", "west": "s1"}
+HOST_OF = {"learner": 0, "s0": 1, "s1": 2, "east": 3, "west": 4}
+"""LAN index of each target's host."""
+STOP_S = (1.0, 20.0)
+
+_LIVE = re.compile(r"version (\d+) live")
+_PUBLISHED = re.compile(r"published v(\d+)")
+_SERVER_START = "torch backend:"
+
+
+@dataclass
+class Strike:
+    """One fault, as logged."""
+
+    n: int
+    t_s: float
+    """Seconds since the launch started."""
+    kind: str
+    role: str
+    target: str
+    """``learner``, a server's name or an actor group's."""
+    host: str
+    pids: list[int]
+    stop_s: float | None = None
+    recovered_s: float | None = None
+    """Seconds from the kill (or the SIGCONT) to the role's first sign of work; None: not
+    within ``--recovery-s``."""
+    note: str = ""
+
+
+# --- the fleet ---------------------------------------------------------------------------------
+
+
+def cluster_text(lan: NetnsLan, keys: Path, workdir: str, games: int) -> str:
+    """The ssh cluster file of the five hosts."""
+    h = {name: lan[i] for name, i in HOST_OF.items()}
+    servers = "".join(
+        f'\n[[server]]\nname = "{s}"\nhost = "{h[s].name}"\naddress = "{h[s].address}"\n'
+        for s in SERVERS
+    )
+    actors = "".join(
+        f'\n[[actors]]\nname = "{g}"\nhosts = ["{h[g].name}"]\ngames = {games}\nserver = "{s}"\n'
+        for g, s in GROUPS.items()
+    )
+    return f"""# azserve bench chaos: five network namespaces on one machine
+engine = "ssh"
+network = "auto"
+keys = "{keys}/{{host}}"
+workdir = "{workdir}"
+python = "{sys.executable}"
+restarts = 100000
+
+[ssh]
+command = "ip netns exec {{host}}"
+{servers}
+[learner]
+host = "{h["learner"].name}"
+address = "{h["learner"].address}"
+{actors}"""
+
+
+def make_keys(lan: NetnsLan, keys: Path) -> None:
+    """Each host's own pairs, made in its own directory (namespaces share one filesystem, so
+    ``keys = ".../{host}"`` stands for each host's disk); the launcher copies public keys."""
+    from azserve.keys import create_pair
+
+    create_pair(keys / lan[HOST_OF["learner"]].name, "learner")
+    for s in SERVERS:
+        create_pair(keys / lan[HOST_OF[s]].name, f"server-{s}")
+    for g in GROUPS:
+        host = lan[HOST_OF[g]].name
+        create_pair(keys / host, f"actors-{host}")
+
+
+def log_path(run_dir: Path, lan: NetnsLan, target: str) -> Path:
+    host = lan[HOST_OF[target]].name
+    name = target if target == "learner" else f"server-{target}" if target in SERVERS else None
+    return run_dir / "logs" / host / (f"{name}.log" if name else f"actor-{target}-0.log")
+
+
+def role_pids(host: NetnsHost, target: str) -> list[int]:
+    """The azserve process of ``target`` in its namespace (not its watchdog)."""
+    word = b"learn" if target == "learner" else b"serve" if target in SERVERS else b"actors"
+    return host.azserve_pids(word)
+
+
+def _read_from(path: Path, offset: int) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def working(target: str, text: str) -> bool:
+    """Whether log text written after a strike shows ``target`` at work again."""
+    if target == "learner":
+        return _PUBLISHED.search(text) is not None
+    if target in SERVERS:
+        return _LIVE.search(text) is not None
+    return any(float(m[0]) > 0 for m in STATUS.findall(text))
+
+
+# --- the injector ------------------------------------------------------------------------------
+
+
+class Injector:
+    """Seeded strikes on the fleet of ``lan`` while the launcher runs."""
+
+    def __init__(self, lan: NetnsLan, run_dir: Path, seed: int, interval: tuple[float, float],
+                 recovery_s: float, out: Path) -> None:  # fmt: skip
+        self.lan = lan
+        self.run_dir = run_dir
+        self.rng = random.Random(seed)
+        self.interval = interval
+        self.recovery_s = recovery_s
+        self.out = out
+        self.strikes: list[Strike] = []
+
+    def pick(self) -> tuple[str, str]:
+        kind = self.rng.choice(KINDS)
+        role = self.rng.choice(ROLES)
+        target = (
+            "learner"
+            if role == "learner"
+            else self.rng.choice(SERVERS)
+            if role == "server"
+            else self.rng.choice(sorted(GROUPS))
+        )
+        return kind, target
+
+    def strike(self, t0: float, alive: Any) -> Strike | None:
+        """One fault and the wait for its recovery; None when the target had no process to
+        strike (restarting already): nothing done, the next strike is drawn."""
+        kind, target = self.pick()
+        stop_s = round(self.rng.uniform(*STOP_S), 1) if kind == "stop" else None
+        host = self.lan[HOST_OF[target]]
+        log = log_path(self.run_dir, self.lan, target)
+        pids = host.pids() if kind == "host" else role_pids(host, target)
+        if not pids or not role_pids(host, target):
+            return None
+        offset = _size(log)
+        s = Strike(len(self.strikes) + 1, round(time.monotonic() - t0, 1), kind,
+                   "server" if target in SERVERS else "actors" if target in GROUPS else "learner",
+                   target, host.name, pids, stop_s)  # fmt: skip
+        sig = signal.SIGSTOP if kind == "stop" else signal.SIGKILL
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if kind == "stop":
+            assert stop_s is not None
+            time.sleep(stop_s)
+            offset = _size(log)  # what it wrote before the stop is no sign of work after it
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        since = time.monotonic()
+        while time.monotonic() - since < self.recovery_s and alive():
+            if working(target, _read_from(log, offset)):
+                s.recovered_s = round(time.monotonic() - since, 1)
+                break
+            time.sleep(0.5)
+        else:
+            s.note = "launcher ended first" if not alive() else "not recovered in time"
+        self.strikes.append(s)
+        with self.out.open("a") as f:
+            f.write(json.dumps(asdict(s)) + "\n")
+        print(
+            f"chaos: strike {s.n} at {s.t_s:.0f} s: {kind} {target} ({host.name}, pids {pids})"
+            + (f" for {stop_s} s" if stop_s else "")
+            + (f", back in {s.recovered_s} s" if s.recovered_s is not None else f", {s.note}"),
+            flush=True,
+        )
+        return s
+
+    def run(self, t0: float, start_after: Any, until_s: float, alive: Any) -> None:
+        """Strike from when ``start_after()`` holds until ``until_s`` after ``t0``."""
+        while alive() and not start_after():
+            if time.monotonic() - t0 > until_s:
+                return
+            time.sleep(1.0)
+        next_at = time.monotonic() + self.rng.uniform(*self.interval)
+        while alive():
+            now = time.monotonic()
+            if next_at - t0 > until_s:
+                return
+            if now < next_at:
+                time.sleep(min(1.0, next_at - now))
+                continue
+            self.strike(t0, alive)
+            next_at = max(next_at, time.monotonic()) + self.rng.uniform(*self.interval)
+
+
+# --- the accounting ----------------------------------------------------------------------------
+
+
+def journal_games(journal: Path) -> tuple[dict[str, int], int]:
+    """Distinct games stored per actor id, and duplicate records, over every segment."""
+    from azserve.trajfile import read_trajectory_file
+
+    seen: set[tuple[str, int]] = set()
+    per_actor: dict[str, int] = {}
+    duplicates = 0
+    for path in sorted(journal.glob("seg-*.azt")):
+        for traj, *_ in read_trajectory_file(path):
+            key = (traj.actor, traj.game_id)
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+            per_actor[traj.actor] = per_actor.get(traj.actor, 0) + 1
+    return per_actor, duplicates
+
+
+def _lives_of_servers(text: str) -> Iterator[list[int]]:
+    life: list[int] | None = None
+    for line in text.splitlines():
+        if _SERVER_START in line:
+            if life is not None:
+                yield life
+            life = []
+        elif (m := _LIVE.search(line)) and life is not None:
+            life.append(int(m[1]))
+    if life is not None:
+        yield life
+
+
+def _caught_up(lives: list[list[int]]) -> bool:
+    """Whether every life of a server after its first went live on a version at least as new
+    as the newest of the life before (a restarted server starts on version 0 or the newest
+    checkpoint and is caught up by the learner). A server's latest version is the newest it
+    holds, so it only rises within a life; an older version going live later is a restore,
+    for games pinned to it (counted as ``server_restores``)."""
+    return all(
+        max(b, default=-1) >= max(a, default=-1) for a, b in zip(lives, lives[1:], strict=False)
+    )
+
+
+def _rising(xs: list[int]) -> bool:
+    return all(a <= b for a, b in zip(xs, xs[1:], strict=False))
+
+
+def account(run_dir: Path, lan: NetnsLan, journal: Path) -> dict[str, Any]:
+    """The run's books: see the module docstring."""
+    stored_by_actor, duplicates = journal_games(journal)
+    lives = [
+        life
+        for g in GROUPS
+        for life in actor_lives(_read_from(log_path(run_dir, lan, g), 0).splitlines())
+    ]
+    abandoned: dict[str, int] = {}
+
+    def add(reason: str, n: int) -> None:
+        if n > 0:
+            abandoned[reason] = abandoned.get(reason, 0) + n
+
+    acked_lost = 0
+    for life in lives:
+        stored = stored_by_actor.get(life.actor, 0)
+        acked_lost += max(0, life.acked - stored)
+        for reason, n in life.abandoned.items():
+            add(reason, n)
+        if not life.clean:
+            add(KILLED_IN_PLAY, life.games)
+            add("killed before ack", max(0, life.finished - stored))
+        else:
+            add("not delivered at stop", max(0, life.finished - stored))
+    stored_total = sum(stored_by_actor.values())
+    learner_text = _read_from(log_path(run_dir, lan, "learner"), 0)
+    published = [int(v) for v in _PUBLISHED.findall(learner_text)]
+    servers = {
+        s: list(_lives_of_servers(_read_from(log_path(run_dir, lan, s), 0))) for s in SERVERS
+    }
+    monotonic = {
+        "learner_published": _rising(published),
+        **{f"server_{s}_caught_up": _caught_up(ls) for s, ls in servers.items()},
+        "actors_latest": all(_rising(life.latest) for life in lives),
+    }
+    restores = {
+        s: sum(v < max(life[: i + 1]) for life in ls for i, v in enumerate(life))
+        for s, ls in servers.items()
+    }
+    unknown = sorted(set(stored_by_actor) - {life.actor for life in lives})
+    return {
+        "games_started": stored_total + sum(abandoned.values()),
+        "games_stored": stored_total,
+        "games_abandoned": abandoned,
+        "acked_lost": acked_lost,
+        "duplicates": duplicates,
+        "actor_lives": len(lives),
+        "actor_lives_killed": sum(not life.clean for life in lives),
+        "stored_from_unknown_actors": len(unknown),
+        "versions_published": [published[0], published[-1]] if published else [],
+        "server_lives": {s: len(ls) for s, ls in servers.items()},
+        "server_restores": restores,
+        "versions_monotonic": all(monotonic.values()),
+        "versions_detail": monotonic,
+    }
+
+
+def final_eval(run_dir: Path) -> dict[str, Any] | None:
+    """The run's last full evaluation (``eval.jsonl``), or None."""
+    path = run_dir / "eval.jsonl"
+    rows = (
+        [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if path.exists()
+        else []
+    )
+    full = [r for r in rows if r.get("full")]
+    return full[-1] if full else None
+
+
+def score(result: dict[str, int] | None) -> float | None:
+    """(wins + draws / 2) / games of a match result."""
+    if not result:
+        return None
+    games = result.get("win", 0) + result.get("draw", 0) + result.get("loss", 0)
+    return (result.get("win", 0) + 0.5 * result.get("draw", 0)) / games if games else None
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def launch_argv(args: Any, cluster: Path, run_dir: Path) -> list[str]:
+    argv = [
+        sys.executable, "-m", "azserve.cli.main", "launch", "--cluster", str(cluster),
+        "--config", args.config, "--run-dir", str(run_dir),
+        "--minutes", f"{args.minutes:g}", "--no-progress",
+        # every journal segment kept (the accounting reads them all); no periodic evaluation
+        # (it would take the cores from the fleet); status every 2 s
+        "--set", "learner.journal_keep_all=true",
+        "--set", "train.eval_every_s=0", "--set", "train.status_interval_s=2",
+        "--set", "actors.status_interval_s=2",
+    ]  # fmt: skip
+    for s in args.overrides or []:
+        argv += ["--set", s]
+    return argv
+
+
+def main(args: Any) -> dict[str, Any]:
+    reason = unavailable()
+    if reason is not None:
+        raise AzserveError(f"bench chaos needs network namespaces: {reason}")
+    lo, hi = args.interval
+    work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="azchaos-"))
+    if work.exists() and any(work.iterdir()):
+        raise AzserveError(f"--work-dir {work}: not empty (a chaos run starts afresh)")
+    work.mkdir(parents=True, exist_ok=True)
+    run_dir = work / "run"
+    strikes_log = work / "chaos.jsonl"
+    lan = make_lan(len(HOST_OF))
+    launcher: subprocess.Popen[bytes] | None = None
+    injector = Injector(lan, run_dir, args.seed, (lo, hi), args.recovery_s, strikes_log)
+    t0 = time.monotonic()
+    try:
+        make_keys(lan, work / "keys")
+        cluster = work / "cluster.toml"
+        cluster.write_text(cluster_text(lan, work / "keys", os.getcwd(), args.games))
+        with (work / "launch.log").open("wb") as out:
+            launcher = subprocess.Popen(
+                launch_argv(args, cluster, run_dir),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        print(
+            f"chaos: seed {args.seed}, {args.minutes:g} min, strikes every {lo:g}-{hi:g} s; "
+            f"fleet in {work} (launch.log, chaos.jsonl)",
+            flush=True,
+        )
+        proc = launcher
+
+        def alive() -> bool:
+            return proc.poll() is None
+
+        def first_version() -> bool:
+            return "published v1 " in _read_from(log_path(run_dir, lan, "learner"), 0)
+
+        injector.run(t0, first_version, args.minutes * 60 - args.quiet_s, alive)
+        try:
+            code = launcher.wait(timeout=args.minutes * 60 + 900)
+        except subprocess.TimeoutExpired:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            code = launcher.wait()
+        books = account(run_dir, lan, run_dir / "journal")
+    finally:
+        if launcher is not None and launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        destroy_lan(lan)
+    strikes = injector.strikes
+    recoveries = [s.recovered_s for s in strikes]
+    evaluation = final_eval(run_dir)
+    eval_score = score((evaluation or {}).get("vs_random"))
+    kills: dict[str, dict[str, int]] = {}
+    for s in strikes:
+        by_role = kills.setdefault(s.kind, {})
+        by_role[s.role] = by_role.get(s.role, 0) + 1
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    verdicts = {
+        "launcher_exit_0": code == 0,
+        "accounted": books["stored_from_unknown_actors"] == 0,
+        "journal_is_the_learners_count": books["games_stored"] == summary.get("games_stored"),
+        "no_acked_lost": books["acked_lost"] == 0,
+        "no_duplicates": books["duplicates"] == 0,
+        "versions_monotonic": books["versions_monotonic"],
+        "every_role_recovered": all(r is not None and r <= args.recovery_s for r in recoveries)
+        and all(s.note != "not recovered in time" for s in strikes),
+        "final_eval_sane": eval_score is not None and eval_score >= args.min_score,
+        "struck": bool(strikes),
+    }
+    verdicts["ok"] = all(verdicts.values())
+    result = {
+        "seed": args.seed,
+        "minutes": args.minutes,
+        "interval_s": [lo, hi],
+        "recovery_bound_s": args.recovery_s,
+        "config": args.config,
+        **{k: v for k, v in books.items() if k != "versions_detail"},
+        "versions_detail": books["versions_detail"],
+        "kills": kills,
+        "strikes": len(strikes),
+        "max_recovery_s": max((r for r in recoveries if r is not None), default=None),
+        "recovery_s": recoveries,
+        "restarts": summary.get("restarts", {}),
+        "launcher_summary": summary,
+        "final_eval": {
+            "step": (evaluation or {}).get("step"),
+            "vs_random": (evaluation or {}).get("vs_random"),
+            "score_vs_random": eval_score,
+        },
+        "launcher_exit": code,
+        "work_dir": str(work),
+        "verdicts": verdicts,
+    }
+    if not args.work_dir and verdicts["ok"]:
+        shutil.rmtree(work, ignore_errors=True)
+        result["work_dir"] = None
+    return result
