@@ -48,9 +48,9 @@ LOADERS=$(( CPUS / 4 > 1 ? CPUS / 4 : 1 ))   # load processes: a quarter of the 
 ACTORS=$(( CPUS / 2 > 1 ? CPUS / 2 : 1 ))    # actor processes: half of the cores
 GPU=(--set backend.device=cuda --set backend.dtype=bfloat16
      --set server.max_batch_size=1024 --set client.max_rows=1024 --set server.max_queue_delay_us=1000)
-COMPILED=(--set backend.compile=inductor --set backend.cuda_graphs=true
-          --set "backend.batch_buckets=[64,128,256,512,1024]")
-EAGER=(--set backend.compile=none)
+COMPILED=(--set backend.torch.compile=inductor --set backend.torch.cuda_graphs=true
+          --set "backend.torch.batch_buckets=[64,128,256,512,1024]")
+EAGER=(--set backend.torch.compile=none)
 START=$SECONDS
 STATUS=0
 

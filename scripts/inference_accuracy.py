@@ -28,15 +28,19 @@ from torch import nn
 from actors.games import make_game
 from azserve.backends.base import BackendConfig
 from azserve.backends.torch_backend import TorchBackend
+from azserve.config.schema import replace
 from azserve.model.network import build_net
 from azserve.model.spec import NetConfig
 from azserve.model.weights import load_weights_file, state_dict_to_bytes
 
 PATHS: dict[str, dict[str, Any]] = {
-    "jit": {"compile": "jit", "dtype": "float32"},
-    "inductor": {"compile": "inductor", "dtype": "float32"},
-    "inductor-channels_last": {"compile": "inductor", "dtype": "float32", "channels_last": True},
-    "inductor-bf16": {"compile": "inductor", "dtype": "bfloat16"},
+    "jit": {"dtype": "float32", "torch": {"compile": "jit"}},
+    "inductor": {"dtype": "float32", "torch": {"compile": "inductor"}},
+    "inductor-channels_last": {
+        "dtype": "float32",
+        "torch": {"compile": "inductor", "channels_last": True},
+    },
+    "inductor-bf16": {"dtype": "bfloat16", "torch": {"compile": "inductor"}},
 }
 
 
@@ -108,13 +112,13 @@ async def main() -> None:
     blob = weights(args.weights, net)
     backends: dict[str, TorchBackend] = {}
     build_s: dict[str, float] = {}
-    for name, over in [("eager", {"compile": "none", "dtype": "float32"})] + [
+    for name, over in [("eager", {"dtype": "float32", "torch": {"compile": "none"}})] + [
         (p, PATHS[p]) for p in args.paths.split(",")
     ]:
         t0 = time.perf_counter()
-        b = TorchBackend(
-            net, BackendConfig(device="cpu", threads=args.threads, batch_buckets=(128,), **over)
-        )
+        base = BackendConfig(device="cpu", threads=args.threads)
+        path = {"batch_buckets": (128,), **over["torch"]}
+        b = TorchBackend(net, replace(base, dtype=over["dtype"], torch=path))
         await b.start()
         await b.load(0, blob)
         build_s[name] = round(time.perf_counter() - t0, 1)

@@ -4,7 +4,7 @@ and the ratios of the medians to the first variant.
 
     python scripts/selfplay_ab.py --config configs/connect4.toml --rounds 2 --duration 30 \\
         --variant "default=" \\
-        --variant "eager=backend.compile=none backend.dtype=float32 actors.cache_mb=0" \\
+        --variant "eager=backend.torch.compile=none backend.dtype=float32 actors.cache_mb=0" \\
         --out runs/selfplay-ab.json
 """
 

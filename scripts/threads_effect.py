@@ -21,6 +21,9 @@ SWITCH = re.compile(r"^(\d\d:\d\d:\d\d) .*compute threads (\d+) -> (\d+)")
 STATUS = re.compile(
     r"^(\d\d:\d\d:\d\d) .*azserve\.server: rows/s ([\d,]+) .*?batch ([\d.]+)\s+busy (\d+)%"
 )
+IN_FORCE = re.compile(r"  threads (\d+)\s*$")
+"""A status line's own thread count (servers since the switch lines went to DEBUG); older
+logs have only the switch lines."""
 
 
 def _seconds(hms: str) -> float:
@@ -37,6 +40,8 @@ def effect(lines: list[str], start_threads: int = 1) -> dict[int, dict[str, floa
             threads = int(m.group(3))
             continue
         if m := STATUS.match(line):
+            if n := IN_FORCE.search(line):
+                threads = int(n.group(1))
             t = _seconds(m.group(1))
             rate = float(m.group(2).replace(",", ""))
             dt = 5.0 if last is None else max(0.0, (t - last) % 86400)

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from azserve.backends.base import BackendConfig
+from azserve.backends.base import BackendConfig, TritonConfig
 from azserve.backends.triton import TritonBackend
 from azserve.backends.triton_launch import start_triton
 from azserve.model.network import build_net
@@ -45,12 +45,14 @@ async def main(a: argparse.Namespace) -> None:
     server = start_triton(tempfile.mkdtemp(prefix="azmeasure-") + "/repo")
     cfg = BackendConfig(
         kind="triton",
-        url=server.grpc_url,
-        repository=str(server.repo_dir),
         device="cpu",
         threads=a.threads,
-        instance_count=a.instances,
-        triton_dynamic_batching=a.dynamic,
+        triton=TritonConfig(
+            url=server.grpc_url,
+            repository=str(server.repo_dir),
+            instance_count=a.instances,
+            dynamic_batching=a.dynamic,
+        ),
     )
     backend = TritonBackend(net, cfg)
     try:

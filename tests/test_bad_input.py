@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from azserve import EvalClient, InferenceServer, Overloaded, RemoteError
-from azserve.backends import BackendConfig
+from azserve.backends import BackendConfig, TorchConfig
 from azserve.backends.torch_backend import TorchBackend
 from tests.conftest import (
     NET,
@@ -456,7 +456,9 @@ async def test_backend_breaking_the_row_invariant_gives_internal_error(
     make_server: MakeServer, make_client: MakeClient, ref: Reference
 ) -> None:
     server = await make_server(
-        backend=RowDroppingBackend(NET, BackendConfig(device="cpu", compile="none"))
+        backend=RowDroppingBackend(
+            NET, BackendConfig(device="cpu", torch=TorchConfig(compile="none"))
+        )
     )
     client = await make_client(server.endpoint)
     with pytest.raises(RemoteError, match="InternalError: backend returned logits") as err:

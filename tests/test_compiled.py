@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from azserve.backends.base import BackendConfig
+from azserve.backends.base import BackendConfig, TorchConfig
 from azserve.backends.threads import IdleCores, next_threads, thread_steps
 from azserve.backends.torch_backend import TorchBackend
 from azserve.backends.torch_program import chunks, resolve_plan
@@ -95,18 +95,23 @@ def test_auto_plan_follows_the_cpu() -> None:
     want = torch.bfloat16 if native_bf16(torch.device("cpu")) else torch.float32
     assert (plan.compile, plan.dtype) == ("inductor", want)
     explicit = resolve_plan(
-        BackendConfig(device="cpu", compile="inductor", dtype="float32"), torch.device("cpu")
+        BackendConfig(device="cpu", dtype="float32", torch=TorchConfig(compile="inductor")),
+        torch.device("cpu"),
     )
     assert explicit.buckets and explicit.compile == "inductor"
 
 
 def test_config_errors_name_the_key() -> None:
-    with pytest.raises(ConfigError, match="backend.batch_buckets"):
-        BackendConfig(batch_buckets=(0, 8))
+    with pytest.raises(ConfigError, match="backend.torch.batch_buckets"):
+        BackendConfig(torch=TorchConfig(batch_buckets=(0, 8)))
     with pytest.raises(ConfigError, match="backend.dtype='float16'"):
-        resolve_plan(BackendConfig(dtype="float16", compile="jit"), torch.device("cpu"))
-    with pytest.raises(ConfigError, match="backend.compile='none'"):
-        resolve_plan(BackendConfig(dtype="bfloat16", compile="none"), torch.device("cpu"))
+        resolve_plan(
+            BackendConfig(dtype="float16", torch=TorchConfig(compile="jit")), torch.device("cpu")
+        )
+    with pytest.raises(ConfigError, match="backend.torch.compile='none'"):
+        resolve_plan(
+            BackendConfig(dtype="bfloat16", torch=TorchConfig(compile="none")), torch.device("cpu")
+        )
 
 
 def test_next_threads_grows_into_idle_cores_and_gives_them_back() -> None:
@@ -146,7 +151,12 @@ def inductor(torch_one_thread: None) -> Iterator[TorchBackend]:
     """One inductor backend (buckets 4 and 8) with version 0 of ``trained_blob(10)`` loaded:
     compiled once for the module (a compile of the tiny net takes seconds to a minute)."""
     backend = TorchBackend(
-        NET, BackendConfig(device="cpu", compile="inductor", dtype="float32", batch_buckets=(4, 8))
+        NET,
+        BackendConfig(
+            device="cpu",
+            dtype="float32",
+            torch=TorchConfig(compile="inductor", batch_buckets=(4, 8)),
+        ),
     )
     asyncio.run(backend.start())
     asyncio.run(backend.load(0, trained_blob(10)))
@@ -170,7 +180,11 @@ async def test_paths_match_eager_on_every_batch_size(
 ) -> None:
     backend = TorchBackend(
         NET,
-        BackendConfig(device="cpu", compile=compile_, dtype="float32", batch_buckets=buckets),  # type: ignore[arg-type]
+        BackendConfig(
+            device="cpu",
+            dtype="float32",
+            torch=TorchConfig(compile=compile_, batch_buckets=buckets),  # type: ignore[arg-type]
+        ),
     )
     await backend.start()
     try:
@@ -259,10 +273,13 @@ async def test_following_idle_cores_switches_threads_on_compiled_graphs(
     backend = TorchBackend(
         NET,
         BackendConfig(
-            device="cpu", compile="inductor", dtype="float32", batch_buckets=(4, 8),
-            auto_threads=True, max_threads=2,
+            device="cpu",
+            dtype="float32",
+            torch=TorchConfig(
+                compile="inductor", batch_buckets=(4, 8), auto_threads=True, max_threads=2
+            ),
         ),
-    )  # fmt: skip
+    )
     await backend.start()
     try:
         blob = trained_blob(7)
@@ -302,7 +319,12 @@ async def test_server_swaps_a_compiled_model_under_load(
     own; the status reports the compiled plan. (The same graph as the module's backend: the
     compile is answered from inductor's cache.)"""
     backend = TorchBackend(
-        NET, BackendConfig(device="cpu", compile="inductor", dtype="float32", batch_buckets=(4, 8))
+        NET,
+        BackendConfig(
+            device="cpu",
+            dtype="float32",
+            torch=TorchConfig(compile="inductor", batch_buckets=(4, 8)),
+        ),
     )
     server = await make_server(backend=backend, max_queue_delay_us=500)
     ctl = await make_control(server.endpoint)
@@ -343,8 +365,8 @@ def test_train_chooses_following_threads_by_default() -> None:
     from azserve.run.train import server_threads
 
     assert TrainConfig().server_threads == 0
-    assert server_threads(0) == {"threads": 1, "auto_threads": True}
-    assert server_threads(2) == {"threads": 2, "auto_threads": False}
+    assert server_threads(0) == {"threads": 1, "torch": {"auto_threads": True}}
+    assert server_threads(2) == {"threads": 2, "torch": {"auto_threads": False}}
 
 
 def test_warm_graphs_called_from_many_threads_leave_later_compiles_possible() -> None:
@@ -358,7 +380,9 @@ def test_warm_graphs_called_from_many_threads_leave_later_compiles_possible() ->
     from azserve.model.weights import bytes_to_state_dict
 
     plan = resolve_plan(
-        BackendConfig(device="cpu", compile="inductor", dtype="float32", batch_buckets=(4,)),
+        BackendConfig(
+            device="cpu", dtype="float32", torch=TorchConfig(compile="inductor", batch_buckets=(4,))
+        ),
         torch.device("cpu"),
     )
     program = make_program(NET, plan, torch.device("cpu"))
@@ -409,9 +433,12 @@ async def test_nets_of_several_shapes_in_one_process_all_stay_compiled(
     dynamo_config.recompile_limit = 2
     try:
         cfg = BackendConfig(
-            device="cpu", compile="inductor", dtype="float32", batch_buckets=(4, 8),
-            auto_threads=True, max_threads=2,
-        )  # fmt: skip
+            device="cpu",
+            dtype="float32",
+            torch=TorchConfig(
+                compile="inductor", batch_buckets=(4, 8), auto_threads=True, max_threads=2
+            ),
+        )
         for shape in (
             replace(NET, channels=6),
             replace(NET, channels=8, blocks=2, global_pool_every=2, global_pool_channels=4),

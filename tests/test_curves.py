@@ -144,7 +144,7 @@ def test_checkpoints_scored_once_then_redrawn(tmp_path: Path) -> None:
     # Connect Four's benchmark cut to 30 positions keeps the real scoring quick.
     c4 = REPO / "configs" / "connect4.toml"
     cfg = load_config(
-        c4, ["eval.sims=2", "eval.match_games=2", "eval.c4_limit=30", "backend.compile=none"]
+        c4, ["eval.sims=2", "eval.match_games=2", "eval.c4_limit=30", "backend.torch.compile=none"]
     )
     run_dir = tmp_path / "c4"
     fake_run(run_dir, cfg, 2)

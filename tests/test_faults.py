@@ -278,13 +278,13 @@ def test_server_refuses_a_message_limit_below_one_batch() -> None:
     assert cfg.server.max_message_mb == 0.01
 
     async def start() -> None:
-        from azserve.backends import BackendConfig, make_backend
+        from azserve.backends import BackendConfig, TorchConfig, make_backend
         from azserve.server import InferenceServer
 
         s = InferenceServer(
             replace(cfg.server, bind="tcp://127.0.0.1:*"),
             cfg.net.spec,
-            make_backend(cfg.net, BackendConfig(device="cpu", compile="none")),
+            make_backend(cfg.net, BackendConfig(device="cpu", torch=TorchConfig(compile="none"))),
         )
         await s.start()
 

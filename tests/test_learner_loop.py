@@ -19,7 +19,7 @@ from actors.games import make_game
 from actors.sender import TrajectorySender
 from azserve import InferenceServer, InitialWeights, ServerConfig, SyncClient
 from azserve import protocol as P
-from azserve.backends import BackendConfig, make_backend
+from azserve.backends import BackendConfig, TorchConfig, make_backend
 from azserve.config.schema import Config, learner_settings, load_config
 from azserve.model.network import build_net, initial_weights
 from learner.checkpoint import list_checkpoints, load_checkpoint
@@ -127,7 +127,7 @@ async def serving(cfg: Config) -> AsyncIterator[InferenceServer]:
         # Room for every version: these tests publish far faster than the eviction grace.
         ServerConfig(bind=cfg.server.bind, status_interval_s=0.0, max_versions=32),
         cfg.net.spec,
-        make_backend(cfg.net, BackendConfig(device="cpu", compile="none")),
+        make_backend(cfg.net, BackendConfig(device="cpu", torch=TorchConfig(compile="none"))),
     )
     await server.start(InitialWeights(0, initial_weights(cfg.net)))
     try:

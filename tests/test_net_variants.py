@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from azserve.backends.base import BackendConfig
+from azserve.backends.base import BackendConfig, TorchConfig
 from azserve.backends.torch_backend import TorchBackend
 from azserve.errors import ConfigError
 from azserve.model.fold import fold_batchnorm
@@ -128,7 +128,11 @@ def test_the_compiled_server_serves_a_pooled_net_as_eager_computes_it() -> None:
     blob = state_dict_to_bytes(net.state_dict())
     backend = TorchBackend(
         POOLED,
-        BackendConfig(device="cpu", compile="inductor", dtype="bfloat16", batch_buckets=(8,)),
+        BackendConfig(
+            device="cpu",
+            dtype="bfloat16",
+            torch=TorchConfig(compile="inductor", batch_buckets=(8,)),
+        ),
     )
     obs = _obs(8, seed=3)
 

@@ -159,7 +159,7 @@ async def test_chess_draws_at_the_cap_go_to_the_side_ahead(
     adjudication is off and capped games stay drawn."""
     from actors.compiled_mcts import core
     from azserve import InferenceServer
-    from azserve.backends import BackendConfig, make_backend
+    from azserve.backends import BackendConfig, TorchConfig, make_backend
     from azserve.server.dispatch import InitialWeights
     from tests.conftest import server_config
     from tests.test_sparse_policy import _chess_net
@@ -167,7 +167,7 @@ async def test_chess_draws_at_the_cap_go_to_the_side_ahead(
     if core is None:
         pytest.skip("chess needs the compiled core")
     cfg, blob = _chess_net()  # its planes: chess with history 1, whatever the cap
-    backend = make_backend(cfg, BackendConfig(device="cpu", compile="none"))
+    backend = make_backend(cfg, BackendConfig(device="cpu", torch=TorchConfig(compile="none")))
     server = InferenceServer(server_config("tcp://127.0.0.1:*"), cfg.spec, backend)
     await server.start(InitialWeights(0, blob))
     try:

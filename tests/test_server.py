@@ -27,7 +27,7 @@ from azserve import (
     SyncClient,
     VersionUnavailable,
 )
-from azserve.backends import BackendConfig, make_backend
+from azserve.backends import BackendConfig, TorchConfig, make_backend
 from tests.conftest import (
     NET,
     GatedBackend,
@@ -320,6 +320,9 @@ async def test_status_and_ping(make_server: MakeServer, make_client: MakeClient)
     assert sum(status["batch_hist"].values()) == status["batches"]
     assert set(status["latency_ms"]) == {"p50", "p90", "p99"}
     assert "latest 0" in server.status_line()
+    # The thread count in force ends the line (scripts/threads_effect.py reads it there).
+    threads = status["backend"].get("threads")
+    assert server.status_line().endswith(f"  threads {threads}") == bool(threads)
 
 
 async def test_prometheus_endpoint(make_server: MakeServer, make_client: MakeClient) -> None:
@@ -556,7 +559,7 @@ def test_serves_on_uvloop(ref: Reference) -> None:
         server = InferenceServer(
             server_config("tcp://127.0.0.1:*"),
             NET.spec,
-            make_backend(NET, BackendConfig(device="cpu", compile="none")),
+            make_backend(NET, BackendConfig(device="cpu", torch=TorchConfig(compile="none"))),
         )
         await server.start(InitialWeights(0, weights_blob(seed=NET.seed)))
         try:

@@ -20,7 +20,7 @@ from actors.searchpool import SearchPool
 from actors.selfplay import GameLeaves, SelfPlayStats
 from azserve import protocol as P
 from azserve import sparse
-from azserve.backends import BackendConfig, make_backend
+from azserve.backends import BackendConfig, TorchConfig, make_backend
 from azserve.errors import RemoteError
 from azserve.model.network import build_net
 from azserve.model.spec import NetConfig
@@ -219,7 +219,7 @@ async def chess_server(make_server):
     from tests.conftest import server_config
 
     cfg, blob = _chess_net()
-    backend = make_backend(cfg, BackendConfig(device="cpu", compile="none"))
+    backend = make_backend(cfg, BackendConfig(device="cpu", torch=TorchConfig(compile="none")))
     server = InferenceServer(server_config("tcp://127.0.0.1:*"), cfg.spec, backend)
     await server.start(InitialWeights(0, blob))
     yield server

@@ -208,7 +208,7 @@ def test_chess_selfplay_and_learner_run_sparse(tmp_path: Path) -> None:
         "replay.min_size=64",
         "trainer.batch_size=32",
         "trainer.publish_every=1",
-        "backend.compile=none",
+        "backend.torch.compile=none",
         "learner.journal_keep_all=true",
         f"server.bind=tcp://127.0.0.1:{free_tcp_port()}",
         f"learner.bind=tcp://127.0.0.1:{free_tcp_port()}",

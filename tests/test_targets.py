@@ -393,7 +393,7 @@ async def test_self_play_sends_true_targets(game_name: str) -> None:
     from actors.search import MCTSConfig
     from actors.selfplay import SelfPlay
     from azserve import ClientConfig, EvalClient, InferenceServer, InitialWeights
-    from azserve.backends import BackendConfig, make_backend
+    from azserve.backends import BackendConfig, TorchConfig, make_backend
     from azserve.model.network import initial_weights
     from tests.conftest import server_config
 
@@ -402,7 +402,7 @@ async def test_self_play_sends_true_targets(game_name: str) -> None:
     net = NetConfig(
         in_channels=c, height=h, width=w, num_actions=game.num_actions, blocks=1, channels=8
     )
-    backend = make_backend(net, BackendConfig(device="cpu", compile="none"))
+    backend = make_backend(net, BackendConfig(device="cpu", torch=TorchConfig(compile="none")))
     server = InferenceServer(server_config("tcp://127.0.0.1:*"), net.spec, backend)
     await server.start(InitialWeights(0, initial_weights(net)))
     try:

@@ -37,3 +37,16 @@ def test_lines_are_grouped_by_the_thread_count_in_force() -> None:
     assert got[1]["busy"] == 0.93 and got[1]["status_lines"] == 2
     assert got[2]["seconds"] == 15 and got[2]["rows_per_s"] == round((5 * 2000 + 10 * 3000) / 15, 1)
     assert got[2]["mean_batch"] == round((5 * 120 + 10 * 128) / 15, 1)
+
+
+def test_a_status_lines_own_thread_count_is_in_force() -> None:
+    """Servers now write the count in force on every status line (the switch lines are DEBUG)."""
+    mod = load_script()
+    lines = [
+        status("10:00:05", "1,000", 100.0, 90) + "  threads 1",
+        status("10:00:10", "2,000", 120.0, 100) + "  threads 2",
+        status("10:00:20", "3,000", 128.0, 100) + "  threads 2",
+    ]
+    got = mod.effect(lines, start_threads=4)
+    assert set(got) == {1, 2}
+    assert got[2]["seconds"] == 15 and got[2]["status_lines"] == 2

@@ -19,7 +19,7 @@ import torch
 
 from azserve import sparse
 from azserve.backends import make_backend
-from azserve.backends.base import BackendConfig
+from azserve.backends.base import BackendConfig, TorchConfig, TritonConfig
 from azserve.backends.torch_backend import TorchBackend
 from azserve.backends.triton import TritonBackend
 from azserve.backends.triton_launch import TritonProcess, free_port
@@ -63,7 +63,7 @@ def positions(rows: int, seed: int = 0) -> np.ndarray:
 
 
 async def torch_reference(blob: bytes, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    ref = TorchBackend(NET, BackendConfig(device="cpu", compile="none"))
+    ref = TorchBackend(NET, BackendConfig(device="cpu", torch=TorchConfig(compile="none")))
     await ref.start()
     try:
         await ref.load(1, blob)
@@ -80,15 +80,14 @@ def assert_matches(got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, n
 
 
 def backend_config(server: TritonProcess, name: str, **overrides: object) -> BackendConfig:
-    cfg = BackendConfig(
-        kind="triton",
+    """``overrides``: keys of ``[backend.triton]``."""
+    triton = TritonConfig(
         url=server.grpc_url,
         repository=str(server.repo_dir),
-        triton_model_name=name,
-        device="cpu",
+        model_name=name,
         request_timeout_s=30.0,
     )
-    return replace(cfg, **overrides)  # type: ignore[arg-type]
+    return BackendConfig(kind="triton", device="cpu", triton=replace(triton, **overrides))  # type: ignore[arg-type]
 
 
 @asynccontextmanager
@@ -110,7 +109,9 @@ async def triton_backend(
 def test_python_repository_files(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     cfg = BackendConfig(
-        kind="triton", repository=str(root), keep_versions=3, instance_count=2, device="cpu"
+        kind="triton",
+        device="cpu",
+        triton=TritonConfig(repository=str(root), keep_versions=3, instance_count=2),
     )
     repo = ModelRepository(root, NET, cfg)
     (root / "azserve" / "7").mkdir(parents=True)  # a stale version of an earlier run
@@ -145,10 +146,12 @@ def test_python_repository_files(tmp_path: Path) -> None:
     assert repo.versions() == [] and not list(tmp_path.glob(".repo.*"))
     with pytest.raises(WeightsError):
         repo.write_version(-1, blob)
-    with pytest.raises(ConfigError, match="backend.repository"):
+    with pytest.raises(ConfigError, match="backend.triton.repository"):
         ModelRepository("", NET, cfg)
 
-    dyn = ModelRepository(root, NET, replace(cfg, triton_dynamic_batching=True, device="cuda:1"))
+    dyn = ModelRepository(
+        root, NET, replace(cfg, device="cuda:1", triton=replace(cfg.triton, dynamic_batching=True))
+    )
     dyn.prepare()
     text = (root / "azserve" / "config.pbtxt").read_text()
     assert "dynamic_batching { max_queue_delay_microseconds: 0 }" in text
@@ -159,7 +162,9 @@ def test_version_dir_appears_whole_or_not_at_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "repo"
-    repo = ModelRepository(root, NET, BackendConfig(kind="triton", repository=str(root)))
+    repo = ModelRepository(
+        root, NET, BackendConfig(kind="triton", triton=TritonConfig(repository=str(root)))
+    )
     repo.prepare()
 
     def disk_full(path: Path, data: bytes) -> None:
@@ -176,7 +181,8 @@ def test_version_dir_appears_whole_or_not_at_all(
 async def test_pytorch_repository_files(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     cfg = BackendConfig(
-        kind="triton", repository=str(root), model_form="pytorch", triton_model_name="az"
+        kind="triton",
+        triton=TritonConfig(repository=str(root), model_form="pytorch", model_name="az"),
     )
     repo = ModelRepository(root, NET, cfg)
     repo.prepare()
@@ -289,7 +295,9 @@ async def test_bad_input_and_bad_weights(triton_server: TritonProcess) -> None:
         assert type(info.value) is RemoteError and "INVALID_ARG" in str(info.value)
         with pytest.raises(ValueError, match="uint8"):
             await backend.infer(1, positions(2).astype(np.float32) / 2)
-        backend.cfg = replace(backend.cfg, request_timeout_s=1e-3)
+        backend.cfg = replace(
+            backend.cfg, triton=replace(backend.cfg.triton, request_timeout_s=1e-3)
+        )
         with pytest.raises(RequestTimeout):  # 4096 rows take longer than 1 ms
             await backend.infer(1, positions(4096))
 
@@ -305,9 +313,9 @@ async def test_lifecycle(triton_server: TritonProcess, tmp_path: Path) -> None:
 
     nowhere = BackendConfig(
         kind="triton",
-        url=f"127.0.0.1:{free_port()}",
-        repository=str(tmp_path),
-        request_timeout_s=0.3,
+        triton=TritonConfig(
+            url=f"127.0.0.1:{free_port()}", repository=str(tmp_path), request_timeout_s=0.3
+        ),
     )
     with pytest.raises(ServerClosed, match="not reachable"):
         await TritonBackend(NET, nowhere).start()

@@ -3,24 +3,47 @@
 
 from __future__ import annotations
 
-from azserve.backends.base import Backend, BackendConfig
+from collections.abc import Callable
+
+from azserve.backends.base import Backend, BackendConfig, TorchConfig, TritonConfig
+from azserve.errors import ConfigError
 from azserve.model.spec import NetConfig
 
-__all__ = ["Backend", "BackendConfig", "make_backend"]
+__all__ = ["BACKENDS", "Backend", "BackendConfig", "TorchConfig", "TritonConfig", "make_backend"]
+
+
+def _torch(net: NetConfig, cfg: BackendConfig) -> Backend:
+    from azserve.backends.torch_backend import TorchBackend
+
+    return TorchBackend(net, cfg)
+
+
+def _triton(net: NetConfig, cfg: BackendConfig) -> Backend:
+    # Triton's client is imported only when a Triton backend is asked for.
+    from azserve.backends.triton import TritonBackend
+
+    return TritonBackend(net, cfg)
+
+
+def _synthetic(net: NetConfig, cfg: BackendConfig) -> Backend:
+    from azserve.backends.synthetic import SyntheticBackend
+
+    return SyntheticBackend(net, cfg)
+
+
+BACKENDS: dict[str, Callable[[NetConfig, BackendConfig], Backend]] = {
+    "torch": _torch,
+    "triton": _triton,
+    "synthetic": _synthetic,
+}
+"""``backend.kind`` -> the constructor of that backend."""
 
 
 def make_backend(net: NetConfig, cfg: BackendConfig) -> Backend:
-    """The backend ``cfg.kind`` names (Triton's client is imported only when asked for)."""
-    if cfg.kind == "torch":
-        from azserve.backends.torch_backend import TorchBackend
-
-        return TorchBackend(net, cfg)
-    if cfg.kind == "triton":
-        from azserve.backends.triton import TritonBackend
-
-        return TritonBackend(net, cfg)
-    if cfg.kind == "synthetic":
-        from azserve.backends.synthetic import SyntheticBackend
-
-        return SyntheticBackend(net, cfg)
-    raise ValueError(f"backend.kind: unknown backend {cfg.kind!r}")
+    """The backend ``cfg.kind`` names; ``ConfigError`` listing the kinds for another."""
+    build = BACKENDS.get(cfg.kind)
+    if build is None:
+        raise ConfigError(
+            f"backend.kind={cfg.kind!r}: unknown backend (the kinds are {', '.join(BACKENDS)})"
+        )
+    return build(net, cfg)

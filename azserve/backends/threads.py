@@ -1,4 +1,4 @@
-"""Compute threads that follow the idle cores of the machine (``backend.auto_threads``).
+"""Compute threads that follow the idle cores of the machine (``backend.torch.auto_threads``).
 
 A pure rule (``next_threads``) on what ``IdleCores`` reads from ``/proc/stat``: the cores that
 nobody (actors, learner, other tenants, this server) used since the last look. The rule adds

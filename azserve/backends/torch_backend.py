@@ -77,8 +77,8 @@ class TorchBackend(Backend):
         self._copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.threads = cfg.threads
         # Thread counts matter on the CPU only (on CUDA torch's threads run no inference).
-        self._follow = cfg.auto_threads and self.device.type == "cpu"
-        self._steps = thread_steps(cfg.max_threads or machine_cores()) if self._follow else ()
+        self._follow = cfg.torch.auto_threads and self.device.type == "cpu"
+        self._steps = thread_steps(cfg.torch.max_threads or machine_cores()) if self._follow else ()
         self._idle: IdleCores | None = None
         self._next_look = 0.0
 
@@ -88,7 +88,7 @@ class TorchBackend(Backend):
         if self._follow:
             self.threads = max(n for n in self._steps if n <= max(1, self.threads))
             self._idle = IdleCores()
-            self._next_look = time.monotonic() + self.cfg.threads_interval_s
+            self._next_look = time.monotonic() + self.cfg.torch.threads_interval_s
         # torch's thread count is per OS thread (OpenMP): set it in the compute thread itself.
         self._compute = ThreadPoolExecutor(
             1, thread_name_prefix="azserve-compute", initializer=self._set_threads
@@ -211,13 +211,15 @@ class TorchBackend(Backend):
 
     def _follow_idle_cores(self) -> None:
         assert self._idle is not None
-        self._next_look = time.monotonic() + self.cfg.threads_interval_s
+        self._next_look = time.monotonic() + self.cfg.torch.threads_interval_s
         idle = self._idle.sample()
         if idle is None:
             return
         threads = next_threads(self.threads, idle, self._steps)
         if threads != self.threads:
-            log.info("compute threads %d -> %d (%.2f cores idle)", self.threads, threads, idle)
+            # DEBUG: a server swings between counts as the learner starts and stops, and the
+            # count in force is on every status line (``threads N``).
+            log.debug("compute threads %d -> %d (%.2f cores idle)", self.threads, threads, idle)
             self.threads = threads
             torch.set_num_threads(threads)
 

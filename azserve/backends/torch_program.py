@@ -42,7 +42,7 @@ from azserve.model.weights import load_strict
 log = logging.getLogger("azserve.backends.torch")
 
 DEFAULT_BUCKETS = (1, 8, 16, 32, 64, 128, 256)
-"""Buckets of a compiled path when ``backend.batch_buckets`` is empty."""
+"""Buckets of a compiled path when ``backend.torch.batch_buckets`` is empty."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def resolve_plan(cfg: BackendConfig, device: torch.device) -> Plan:
     - CUDA graphs: on CUDA with inductor unless ``cuda_graphs`` is false.
     """
     native = native_bf16(device)
-    kind = "inductor" if cfg.compile == "auto" else cfg.compile
+    kind = "inductor" if cfg.torch.compile == "auto" else cfg.torch.compile
     if cfg.dtype == "auto" and kind == "none" and device.type == "cpu":
         dtype = torch.float32  # eager bf16 gains nothing on a CPU, even a native one
     else:
@@ -98,14 +98,14 @@ def resolve_plan(cfg: BackendConfig, device: torch.device) -> Plan:
         raise ConfigError("backend.dtype='float16': not supported on CPU (use bfloat16 or float32)")
     if dtype != torch.float32 and kind == "none" and device.type == "cpu":
         raise ConfigError(
-            f"backend.dtype={cfg.dtype!r} with backend.compile='none' on CPU: eager reduced "
-            "precision is slower than float32 there (use compile='inductor' or dtype='float32')"
+            f"backend.dtype={cfg.dtype!r} with backend.torch.compile='none' on CPU: eager reduced "
+            "precision is slower than float32 there (use torch.compile='inductor' or dtype='float32')"
         )
-    buckets = tuple(sorted(set(cfg.batch_buckets)))
+    buckets = tuple(sorted(set(cfg.torch.batch_buckets)))
     if kind == "inductor" and not buckets:
         buckets = DEFAULT_BUCKETS
-    graphs = device.type == "cuda" and kind == "inductor" and cfg.cuda_graphs
-    return Plan(kind, dtype, cfg.channels_last, graphs, buckets, native)
+    graphs = device.type == "cuda" and kind == "inductor" and cfg.torch.cuda_graphs
+    return Plan(kind, dtype, cfg.torch.channels_last, graphs, buckets, native)
 
 
 @contextlib.contextmanager

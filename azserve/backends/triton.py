@@ -1,6 +1,6 @@
 """Triton backend: forwards each formed batch to a Triton Inference Server over gRPC (asyncio).
 
-azserve owns the model repository (``backend.repository`` = tritonserver's
+azserve owns the model repository (``backend.triton.repository`` = tritonserver's
 ``--model-repository``; the server runs with ``--model-control-mode=explicit``). A weights
 version is a directory ``N/`` written atomically by ``ModelRepository``; ``load`` then asks
 Triton to reload the model and returns once Triton reports version N READY. Triton keeps serving
@@ -67,18 +67,18 @@ def _is_missing_model(exc: InferenceServerException) -> bool:
 class TritonBackend(Backend):
     """``infer(version, obs uint8 [B,C,H,W]) -> (logits [B,A] f32, value [B] f32)`` on Triton.
 
-    Up to ``cfg.max_inflight`` batches are in flight at once (Triton queues them per instance;
-    with ``triton_dynamic_batching`` it also merges the queued ones). Loads and unloads are
+    Up to ``cfg.triton.max_inflight`` batches are in flight at once (Triton queues them per instance;
+    with ``triton.dynamic_batching`` it also merges the queued ones). Loads and unloads are
     serialised: each one reloads the whole model on Triton.
     """
 
     def __init__(self, net: NetConfig, cfg: BackendConfig) -> None:
         self.net_cfg = net
         self.cfg = cfg
-        self.max_inflight = cfg.max_inflight
-        self.repo = ModelRepository(cfg.repository, net, cfg)
+        self.max_inflight = cfg.triton.max_inflight
+        self.repo = ModelRepository(cfg.triton.repository, net, cfg)
         self.names = self.repo.names
-        self._model = cfg.triton_model_name
+        self._model = cfg.triton.model_name
         self._client: grpcaio.InferenceServerClient | None = None
         self._closed = False
         self._versions: dict[int, int] = {}
@@ -97,8 +97,10 @@ class TritonBackend(Backend):
         if self._client is not None or self._closed:
             raise RuntimeError("TritonBackend already started")
         await asyncio.to_thread(self.repo.prepare)
-        self._client = grpcaio.InferenceServerClient(self.cfg.url, channel_args=_CHANNEL_ARGS)
-        deadline = time.monotonic() + self.cfg.request_timeout_s
+        self._client = grpcaio.InferenceServerClient(
+            self.cfg.triton.url, channel_args=_CHANNEL_ARGS
+        )
+        deadline = time.monotonic() + self.cfg.triton.request_timeout_s
         while True:
             try:
                 if await self._client.is_server_live(client_timeout=1.0):
@@ -108,7 +110,7 @@ class TritonBackend(Backend):
                 why = exc.message() or str(exc)
             if time.monotonic() > deadline:
                 await self.aclose()
-                raise ServerClosed(f"Triton at {self.cfg.url} is not reachable: {why}")
+                raise ServerClosed(f"Triton at {self.cfg.triton.url} is not reachable: {why}")
             await asyncio.sleep(0.1)
 
     async def aclose(self) -> None:
@@ -139,11 +141,11 @@ class TritonBackend(Backend):
             what = f"version {version}" if version is not None else f"model {self._model!r}"
             return VersionUnavailable("VersionUnavailable", f"{what} not loaded on Triton: {msg}")
         if status == "UNAVAILABLE":
-            return ServerClosed(f"Triton at {self.cfg.url} unavailable: {msg}")
+            return ServerClosed(f"Triton at {self.cfg.triton.url} unavailable: {msg}")
         if status == "CANCELLED":
             return ServerClosed(f"Triton call cancelled (backend closing?): {msg}")
         if status == "DEADLINE_EXCEEDED":
-            return RequestTimeout(f"Triton at {self.cfg.url}: no reply in time: {msg}")
+            return RequestTimeout(f"Triton at {self.cfg.triton.url}: no reply in time: {msg}")
         return RemoteError("TritonError", f"[{status or 'unknown'}] {msg}")
 
     # --- compute -----------------------------------------------------------------------------
@@ -182,7 +184,7 @@ class TritonBackend(Backend):
                 [inp],
                 model_version=str(version),
                 outputs=outputs,
-                client_timeout=self.cfg.request_timeout_s,
+                client_timeout=self.cfg.triton.request_timeout_s,
             )
         except InferenceServerException as exc:
             raise self._error(exc, version) from exc
@@ -206,10 +208,13 @@ class TritonBackend(Backend):
         client = self._require_client()
         await asyncio.to_thread(self._check_weights, blob)
         async with self._lock:
-            if version not in self._versions and len(self._versions) >= self.cfg.keep_versions:
+            if (
+                version not in self._versions
+                and len(self._versions) >= self.cfg.triton.keep_versions
+            ):
                 raise Overloaded(
                     "Overloaded",
-                    f"{len(self._versions)} versions resident = backend.keep_versions; unload one first",
+                    f"{len(self._versions)} versions resident = backend.triton.keep_versions; unload one first",
                 )
             nbytes = await asyncio.to_thread(self.repo.write_version, version, blob)
             try:

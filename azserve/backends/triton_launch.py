@@ -142,7 +142,7 @@ class TritonProcess:
 
     @property
     def grpc_url(self) -> str:
-        """``host:port`` for ``BackendConfig.url`` and tritonclient."""
+        """``host:port`` for ``backend.triton.url`` and tritonclient."""
         return f"127.0.0.1:{self.grpc_port}"
 
     @property
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run a server in the foreground until SIGINT/SIGTERM; arguments after the repository
     that this parser does not know go to tritonserver (later flags override earlier ones)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("repository", help="model repository (= backend.repository)")
+    ap.add_argument("repository", help="model repository (= backend.triton.repository)")
     ap.add_argument("--grpc-port", type=int, default=8001)
     args, extra = ap.parse_known_args(argv)
     server = start_triton(args.repository, grpc_port=args.grpc_port, extra_args=tuple(extra))

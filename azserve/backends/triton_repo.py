@@ -1,6 +1,6 @@
 """The Triton model repository azserve writes: ``config.pbtxt`` plus one directory per version.
 
-Layout (``root`` = ``backend.repository``, ``name`` = ``backend.triton_model_name``)::
+Layout (``root`` = ``backend.triton.repository``, ``name`` = ``backend.triton.model_name``)::
 
     root/name/config.pbtxt        max_batch_size, version_policy latest K, instance_group, ...
     root/name/N/model.py          python form: triton_model/model.py, copied per version
@@ -73,7 +73,7 @@ def _instance_group(cfg: BackendConfig) -> str:
     elif cfg.device.startswith("cuda"):
         _, _, index = cfg.device.partition(":")
         kind = " kind: KIND_GPU" + (f" gpus: [ {int(index)} ]" if index else "")
-    return f"instance_group [ {{ count: {cfg.instance_count}{kind} }} ]"
+    return f"instance_group [ {{ count: {cfg.triton.instance_count}{kind} }} ]"
 
 
 def _param(key: str, value: str) -> str:
@@ -81,10 +81,10 @@ def _param(key: str, value: str) -> str:
 
 
 def config_pbtxt(net: NetConfig, cfg: BackendConfig, max_batch_size: int = MAX_BATCH_SIZE) -> str:
-    """The model's config.pbtxt for ``cfg.model_form`` (complete: auto-complete stays off)."""
-    names = TENSOR_NAMES[cfg.model_form]
+    """The model's config.pbtxt for ``cfg.triton.model_form`` (complete: auto-complete stays off)."""
+    names = TENSOR_NAMES[cfg.triton.model_form]
     c, h, w = net.obs_shape
-    if cfg.model_form == "python":
+    if cfg.triton.model_form == "python":
         head = ['backend: "python"']
         params = [
             _param("net", json.dumps(dataclasses.asdict(net))),
@@ -96,10 +96,10 @@ def config_pbtxt(net: NetConfig, cfg: BackendConfig, max_batch_size: int = MAX_B
         head = ['platform: "pytorch_libtorch"']
         params = [_param("INFERENCE_MODE", "true")]
     lines = [
-        f"name: {json.dumps(cfg.triton_model_name)}",
+        f"name: {json.dumps(cfg.triton.model_name)}",
         *head,
         f"max_batch_size: {max_batch_size}",
-        f"version_policy: {{ latest: {{ num_versions: {cfg.keep_versions} }} }}",
+        f"version_policy: {{ latest: {{ num_versions: {cfg.triton.keep_versions} }} }}",
         f'input [ {{ name: "{names.obs}" data_type: TYPE_UINT8 dims: [ {c}, {h}, {w} ] }} ]',
         "output [",
         f'  {{ name: "{names.logits}" data_type: TYPE_FP32 dims: [ {net.num_actions} ] }},',
@@ -107,7 +107,7 @@ def config_pbtxt(net: NetConfig, cfg: BackendConfig, max_batch_size: int = MAX_B
         "]",
         _instance_group(cfg),
     ]
-    if cfg.triton_dynamic_batching:
+    if cfg.triton.dynamic_batching:
         # No extra delay: Triton only merges requests already queued behind a busy instance, so
         # its batching never stacks a second wait on azserve's max_queue_delay_us.
         lines.append("dynamic_batching { max_queue_delay_microseconds: 0 }")
@@ -158,14 +158,16 @@ class ModelRepository:
         max_batch_size: int = MAX_BATCH_SIZE,
     ) -> None:
         if not str(root):
-            raise ConfigError("backend.repository: set it to tritonserver's --model-repository")
+            raise ConfigError(
+                "backend.triton.repository: set it to tritonserver's --model-repository"
+            )
         self.root = Path(root).resolve()
         self.net = net
         self.cfg = cfg
         self.max_batch_size = max_batch_size
-        self.model_dir = self.root / cfg.triton_model_name
-        self.names = TENSOR_NAMES[cfg.model_form]
-        self._stage_prefix = f".{self.root.name}.{cfg.triton_model_name}.staging-"
+        self.model_dir = self.root / cfg.triton.model_name
+        self.names = TENSOR_NAMES[cfg.triton.model_form]
+        self._stage_prefix = f".{self.root.name}.{cfg.triton.model_name}.staging-"
 
     def prepare(self) -> None:
         """Write config.pbtxt; drop version directories and staging leftovers of earlier runs.
@@ -201,7 +203,7 @@ class ModelRepository:
             raise WeightsError(f"Triton version directories are numbers >= 0, got {version}")
         stage = Path(tempfile.mkdtemp(prefix=self._stage_prefix, dir=self.root.parent))
         try:
-            if self.cfg.model_form == "python":
+            if self.cfg.triton.model_form == "python":
                 shutil.copyfile(MODEL_PY, stage / MODEL_PY.name)
                 weights, data = stage / WEIGHTS_FILE, blob
             else:

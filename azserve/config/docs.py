@@ -28,6 +28,12 @@ table per section; `--set section.key=value` overrides one key (the value is rea
 as a string), and `AZSERVE_SET="a.b=1 c.d=2"` adds overrides from the environment. Unknown keys
 and values out of range are refused with the key, the value and the reason. The resolved config
 is saved beside a run's outputs (`RUN/config.toml`) and inside every checkpoint.
+
+A table inside a section is a TOML table of its own (`[backend.torch]`) and its keys are
+written `--set backend.torch.compile=none`. The backend keys that only one backend reads moved
+from `[backend]` to `[backend.torch]` and `[backend.triton]`; a config, an override or a
+checkpoint that writes them the old way (`backend.compile`, `backend.triton_model_name`) still
+loads, read at the new place with one warning naming the old and the new key.
 """
 
 
@@ -83,23 +89,30 @@ def render() -> str:
             f"| `{f.name}` | {_type_name(hints[f.name])} | {_default(f)} | {_cell(top[f.name])} |"
         )
     for f in dataclasses.fields(Config):
-        cls = hints[f.name]
-        if not dataclasses.is_dataclass(cls):
-            continue
-        lines += ["", f"## [{f.name}]", "", inspect.cleandoc(cls.__doc__ or ""), ""]
-        lines += ["| key | type | default | range | meaning |", "|---|---|---|---|---|"]
-        docs = field_docs(cls)  # type: ignore[arg-type]
-        sub = typing.get_type_hints(cls)
-        for g in dataclasses.fields(cls):  # type: ignore[arg-type]
-            key = f"{f.name}.{g.name}"
-            rng = RANGES.get(key)
-            allowed = f"{_fmt(rng[0])} to {_fmt(rng[1])}" if rng else ""
-            meaning = docs.get(g.name, "(undocumented)")
-            lines.append(
-                f"| `{g.name}` | {_cell(_type_name(sub[g.name]))} | {_cell(_default(g))} | "
-                f"{allowed} | {_cell(meaning)} |"
-            )
+        if dataclasses.is_dataclass(hints[f.name]):
+            _section(lines, f.name, hints[f.name])
     return "\n".join(lines) + "\n"
+
+
+def _section(lines: list[str], name: str, cls: Any) -> None:
+    """The table of section ``name``, then one per table inside it (``[backend.torch]``)."""
+    lines += ["", f"## [{name}]", "", inspect.cleandoc(cls.__doc__ or ""), ""]
+    lines += ["| key | type | default | range | meaning |", "|---|---|---|---|---|"]
+    docs = field_docs(cls)
+    sub = typing.get_type_hints(cls)
+    tables = [g for g in dataclasses.fields(cls) if dataclasses.is_dataclass(sub[g.name])]
+    for g in dataclasses.fields(cls):
+        if g in tables:
+            continue
+        rng = RANGES.get(f"{name}.{g.name}")
+        allowed = f"{_fmt(rng[0])} to {_fmt(rng[1])}" if rng else ""
+        meaning = docs.get(g.name, "(undocumented)")
+        lines.append(
+            f"| `{g.name}` | {_cell(_type_name(sub[g.name]))} | {_cell(_default(g))} | "
+            f"{allowed} | {_cell(meaning)} |"
+        )
+    for g in tables:
+        _section(lines, f"{name}.{g.name}", sub[g.name])
 
 
 if __name__ == "__main__":

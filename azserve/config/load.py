@@ -2,7 +2,8 @@
 
 Each component's section dataclass lives next to the component; this module only composes them,
 checks types (a bad value raises ``ConfigError`` naming ``section.key`` and the reason) and writes
-the resolved config back out as TOML.
+the resolved config back out as TOML. A key that has moved (``MOVED``) is still read at its old
+place, in a file, a ``--set`` override or a checkpoint's config, with one notice per config.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import logging
 import os
 import tomllib
 import types
@@ -17,18 +19,28 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
+from azserve.backends.base import FLAT_KEYS
 from azserve.config.ranges import check_value
 from azserve.errors import ConfigError
 
 T = TypeVar("T")
+
+log = logging.getLogger("azserve.config")
+
+MOVED: dict[str, str] = {**FLAT_KEYS}
+"""Keys that have moved, old ``section.key`` -> new: configs written before still load."""
 
 
 def from_dict(cls: type[T], data: dict[str, Any], where: str) -> T:
     """Build dataclass ``cls`` from ``data``, checking every key and value type."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a table, got {type(data).__name__}")
+    if any(_parent(old) == where and _leaf(old) in data for old in MOVED):
+        data = _deepcopy(data)  # data read without apply_overrides (which moves keys first)
+        _notice(_move_in(data, where))
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    _check_tables(data, where, hints)
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(
@@ -47,6 +59,26 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str) -> T:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where or 'config'}: {exc}") from exc
     return obj
+
+
+def _check_tables(data: dict[str, Any], where: str, hints: dict[str, Any]) -> None:
+    """``ConfigError`` for a key written in the wrong one of section ``where`` and its tables
+    (``backend.torch.url``: it belongs in ``[backend.triton]``), naming the key, its value
+    and the table it belongs in. The top level is left out: its sections share key names."""
+    tables = [n for n, tp in hints.items() if dataclasses.is_dataclass(tp)]
+    if not where or not tables:
+        return
+    home = {k: where for k in hints if k not in tables}
+    for name in tables:
+        home.update({f.name: _join(where, name) for f in dataclasses.fields(hints[name])})
+    places = [(where, data)] + [(_join(where, n), data[n]) for n in tables if n in data]
+    for table, keys in places:
+        for key, value in keys.items() if isinstance(keys, dict) else ():
+            if home.get(key, table) != table:
+                raise ConfigError(
+                    f"{_join(table, key)}={value!r}: unknown key in [{table}]; it belongs in "
+                    f"[{home[key]}] ({_join(home[key], key)})"
+                )
 
 
 def suggest(word: str, known: typing.Iterable[str]) -> str:
@@ -124,10 +156,17 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``--set`` overrides to a raw config dict (a copy is returned)."""
+    """Apply ``--set`` overrides to a raw config dict (a copy is returned). Moved keys are
+    taken to their new place first, in ``data`` and in the overrides, so that a later value
+    wins whichever place each is written at."""
     out = _deepcopy(data)
+    moved = _move_all(out)
     for text in overrides:
         keys, value = parse_override(text)
+        new = MOVED.get(".".join(keys))
+        if new is not None:
+            moved.append((".".join(keys), new))
+            keys = new.split(".")
         node = out
         for k in keys[:-1]:
             nxt = node.setdefault(k, {})
@@ -135,7 +174,58 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 raise ConfigError(f"--set {text!r}: {k} is not a table")
             node = nxt
         node[keys[-1]] = value
+    moved += _move_all(out)  # a section given whole by --set
+    _notice(moved)
     return out
+
+
+def _parent(key: str) -> str:
+    return key.rpartition(".")[0]
+
+
+def _leaf(key: str) -> str:
+    return key.rpartition(".")[2]
+
+
+def _move_all(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """Move every old key of ``MOVED`` in config ``data`` to its new place, in place."""
+    moved = []
+    for where in sorted({_parent(old) for old in MOVED}):
+        node: Any = data
+        for k in where.split("."):
+            node = node.get(k) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            moved += _move_in(node, where)
+    return moved
+
+
+def _move_in(section: dict[str, Any], where: str) -> list[tuple[str, str]]:
+    """Move the old keys of section ``where`` (a dict, changed in place) to their new place
+    inside it; ``ConfigError`` when the new place is set as well."""
+    moved = []
+    for old, new in MOVED.items():
+        if _parent(old) != where or _leaf(old) not in section:
+            continue
+        *tables, leaf = new[len(where) + 1 :].split(".")
+        node = section
+        for i, t in enumerate(tables):
+            node = node.setdefault(t, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{_join(where, '.'.join(tables[: i + 1]))}: expected a table")
+        if leaf in node:
+            raise ConfigError(
+                f"{old} and {new} are both set: {old} is the old place of {new}; keep {new}"
+            )
+        node[leaf] = section.pop(_leaf(old))
+        moved.append((old, new))
+    return moved
+
+
+def _notice(moved: list[tuple[str, str]]) -> None:
+    """One log line for the moved keys of one config."""
+    if moved:
+        pairs = ", ".join(f"{old} -> {new}" for old, new in dict.fromkeys(moved))
+        log.warning("config: keys read at their new place (write them there): %s", pairs)
 
 
 def _deepcopy(d: dict[str, Any]) -> dict[str, Any]:

@@ -45,12 +45,12 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "server.metrics_port": PORT,
     "server.status_interval_s": (0.0, INF),
     "backend.threads": (0, 1024),
-    "backend.max_threads": (0, 1024),
-    "backend.threads_interval_s": POSITIVE_S,
-    "backend.max_inflight": (1, 1024),
-    "backend.keep_versions": (1, 1024),
-    "backend.instance_count": (1, 1024),
-    "backend.request_timeout_s": POSITIVE_S,
+    "backend.torch.max_threads": (0, 1024),
+    "backend.torch.threads_interval_s": POSITIVE_S,
+    "backend.triton.max_inflight": (1, 1024),
+    "backend.triton.keep_versions": (1, 1024),
+    "backend.triton.instance_count": (1, 1024),
+    "backend.triton.request_timeout_s": POSITIVE_S,
     "client.max_rows": (1, 1 << 16),
     "client.retry_after_s": POSITIVE_S,
     "client.request_timeout_s": POSITIVE_S,
@@ -153,7 +153,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 
 def check_value(key: str, x: Any) -> None:
     """Raise ``ConfigError`` naming the key, the value and the range when numeric ``x`` is
-    outside the row of ``key`` (``section.key``) in ``RANGES``."""
+    outside the row of ``key`` (``section.key``, ``section.table.key``) in ``RANGES``."""
     if isinstance(x, bool) or not isinstance(x, (int, float)) or key not in RANGES:
         return
     lo, hi = RANGES[key]

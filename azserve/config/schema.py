@@ -15,7 +15,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from actors.config import ActorsConfig
 from actors.games import Game, make_game
@@ -35,6 +35,8 @@ from learner.config import (
     ReplayConfig,
     TrainerConfig,
 )
+
+D = TypeVar("D")
 
 NET_FROM_GAME = ("in_channels", "height", "width", "num_actions")
 """The ``net`` keys a game fixes (its observation planes and actions); a config that leaves
@@ -109,8 +111,8 @@ class TrainConfig:
     max_restarts: int = 3
     """Restarts allowed per child before the run stops."""
     server_threads: int = 0
-    """torch threads of the inference server; 0 = follow the idle cores (``backend.auto_threads``
-    from one thread up to the machine's cores): the server grows into what the actors and the
+    """torch threads of the inference server; 0 = follow the idle cores
+    (``backend.torch.auto_threads`` from one thread up to the machine's cores): the server grows into what the actors and the
     learner leave free and gives it back when they need it."""
     learner_threads: int = 1
     """torch threads of the learner."""
@@ -157,9 +159,10 @@ class Config:
             raise ConfigError(
                 f"client.model={self.client.model!r} differs from server.model={self.server.model!r}"
             )
-        if self.backend.kind == "triton" and self.backend.keep_versions < self.server.max_versions:
+        keep = self.backend.triton.keep_versions
+        if self.backend.kind == "triton" and keep < self.server.max_versions:
             raise ConfigError(
-                f"backend.keep_versions={self.backend.keep_versions} is below server.max_versions="
+                f"backend.triton.keep_versions={keep} is below server.max_versions="
                 f"{self.server.max_versions}: Triton would drop versions games are pinned to"
             )
         if self.trainer.batch_size % self.learner.processes:
@@ -270,13 +273,15 @@ def game_of(name: str) -> Game:
         raise ConfigError(f"game: {e}") from None
 
 
-def replace(cfg: Config, **sections: Any) -> Config:
-    """A copy of ``cfg`` with some sections (or fields of sections, as dicts) replaced."""
+def replace(cfg: D, **sections: Any) -> D:
+    """A copy of ``cfg`` with some sections (or fields of sections, as dicts, tables inside
+    them as dicts too: ``backend={"torch": {"compile": "none"}}``) replaced."""
     out: dict[str, Any] = {}
     for name, value in sections.items():
         current = getattr(cfg, name)
-        out[name] = dataclasses.replace(current, **value) if isinstance(value, dict) else value
-    return dataclasses.replace(cfg, **out)
+        nested = isinstance(value, dict) and dataclasses.is_dataclass(current)
+        out[name] = replace(current, **value) if nested else value
+    return dataclasses.replace(cfg, **out)  # type: ignore[type-var]
 
 
 def save_config(cfg: Config, path: str | os.PathLike[str]) -> Path:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from azserve.config.schema import Config
+from azserve.config.schema import Config, replace
 from azserve.perf.common import (
     ServerChild,
     load_cfg,
@@ -243,21 +243,21 @@ def _triton_peers(
 def _load_peer_model(cfg: Config, repo: Path, url: str) -> str:
     """Write the torch net as a python-backend model with Triton's dynamic batching at the
     azserve server's size and delay; load it; return its name."""
-    import dataclasses
-
     import tritonclient.grpc as grpcclient
 
     from azserve.backends.triton_repo import ModelRepository, config_pbtxt
     from azserve.model.network import build_net
     from azserve.model.weights import state_dict_to_bytes
 
-    bcfg = dataclasses.replace(
+    bcfg = replace(
         cfg.backend,
         kind="triton",
-        model_form="python",
-        triton_model_name="peer",
-        triton_dynamic_batching=True,
-        instance_count=1,
+        triton={
+            "model_form": "python",
+            "model_name": "peer",
+            "dynamic_batching": True,
+            "instance_count": 1,
+        },
     )
     mbs = cfg.server.max_batch_size
     repository = ModelRepository(repo, cfg.net, bcfg, max_batch_size=mbs)
@@ -316,9 +316,9 @@ def _azserve_on_triton(
         [
             *overrides,
             "backend.kind=triton",
-            f"backend.url={url}",
-            f"backend.repository={workdir / 'triton-repo'}",
-            "backend.triton_model_name=azserve_backend",
+            f"backend.triton.url={url}",
+            f"backend.triton.repository={workdir / 'triton-repo'}",
+            "backend.triton.model_name=azserve_backend",
         ],
         d,
     )

@@ -218,7 +218,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             "kind": cfg.backend.kind,
             "threads": cfg.backend.threads,
             "dtype": cfg.backend.dtype,
-            "compile": cfg.backend.compile,
+            "compile": cfg.backend.torch.compile,
         },
         **base,
         "model_by_batch": model,

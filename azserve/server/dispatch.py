@@ -404,9 +404,13 @@ class InferenceServer:
 
     def status_line(self, now: float | None = None) -> str:
         now = time.monotonic() if now is None else now
-        return self.metrics.status_line(
+        line = self.metrics.status_line(
             now, self.scheduler.queued_rows, self.residency.resident(), self.residency.latest
         )
+        # The thread count in force, where the backend follows the idle cores: read from here
+        # by scripts/threads_effect.py, so that its changes need no log line of their own.
+        threads = self.backend.status().get("threads")
+        return line + (f"  threads {threads}" if threads else "")
 
     # --- send ----------------------------------------------------------------------------------
 
