@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -159,3 +160,30 @@ def test_match_against_stockfish_writes_pgn(tmp_path: Path) -> None:
     games = sorted(out.glob("game-*.pgn"))
     assert len(games) == 2
     assert '[White "uci:' in games[1].read_text() and '[Black "uci:' in games[0].read_text()
+
+
+def test_azserve_play_reads_san_and_uci_under_the_referee(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``azserve play`` on a chess checkpoint: the hint is chess's, the person's ``e4`` (SAN)
+    and ``g1f3`` (UCI) are played, a bad move is explained and asked again, the agent's moves
+    are shown in SAN, and ``q`` resigns the game the referee then scores as PGN does."""
+    import argparse
+
+    from azserve.engines.terminal import run_play
+
+    checkpoint = chess_checkpoint(tmp_path / "run", plies=40)
+    typed = iter(["e4", "g1f3", "Zz9", "q"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(typed))
+    args = argparse.Namespace(checkpoint=str(checkpoint), config=None, overrides=[], game=None,
+                              sims=2, first="human")  # fmt: skip
+    assert run_play(args) == 0
+    out = capsys.readouterr().out
+    assert "moves are SAN (e4, Nf3, O-O) or UCI (e2e4, e7e8q)" in out and "columns" not in out
+    assert "you are white, moving first" in out
+    assert "'Zz9' is not a legal move here" in out
+    said = re.findall(r"agent plays (\S+)", out)
+    assert len(said) == 2 and all(re.fullmatch(r"[a-hNBRQKO][a-h1-8x=+#O-]*", m) for m in said)
+    assert "0-1: the agent wins, by resignation" in out
+    # The board after the person's two moves: a pawn on e4 and a knight on f3.
+    assert "4 . . . . P . . ." in out and "3 . . . . . N . ." in out

@@ -149,3 +149,26 @@ def test_evaluate_checkpoint(tmp_path: Path) -> None:
         assert sum(out[key].values()) == 2
     quick = evaluate_checkpoint(cfg, paths[1], full=False)
     assert "mcts_optimal" not in quick["tictactoe"] and "vs_previous" not in quick
+
+
+def test_eval_matches_are_refereed_games_sharing_openings_in_pairs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``azserve eval``'s matches are played under the referee (``play_game_async``: one game
+    loop for every judged game), colours alternating, each pair of games from one random
+    opening."""
+    from azserve.arena import evaluate, referee
+
+    seen = []
+
+    async def spy(game, black, white, opening=()):  # type: ignore[no-untyped-def]
+        seen.append((black.name, white.name, list(opening)))
+        return await referee.play_game_async(game, black, white, opening)
+
+    monkeypatch.setattr(evaluate, "play_game_async", spy)
+    result = match(ttt_agent(1), ttt_agent(2), games=4, sims=2, opening_plies=2)
+    assert sum(result.values()) == 4
+    assert [s[:2] for s in seen] == [("agent", "opponent"), ("opponent", "agent")] * 2
+    assert len(seen[0][2]) == 2 and seen[0][2] == seen[1][2] and seen[2][2] == seen[3][2]
+    match(ttt_agent(), None, games=2, sims=2)
+    assert [s[:2] for s in seen[4:]] == [("agent", "random"), ("random", "agent")]

@@ -255,3 +255,129 @@ def test_solver_lost_position(solver: TicTacToeSolver) -> None:
     assert solver.optimal_actions(s) == set(solver.game.legal_actions(s))
     with pytest.raises(ValueError, match="not reachable"):
         solver.value(solver.game.from_moves([0, 1, 4])._replace(ply=0))
+
+
+# -- results and records: the hooks the referee, match, ladder and ``azserve play`` call ----
+
+RECORDED = ["tictactoe", "connect4", "othello", "go9", "chess(max_plies=80)"]
+
+
+def random_game(game: Game, seed: int, plies: int = 10_000) -> list[int]:
+    rng = np.random.default_rng(seed)
+    s, moves = game.initial_state(), []
+    while not game.is_terminal(s) and len(moves) < plies:
+        a = int(rng.choice(game.legal_actions(s)))
+        moves.append(a)
+        s = game.apply(s, a)
+    return moves
+
+
+@pytest.mark.parametrize("spec", RECORDED)
+def test_every_game_writes_its_own_record_and_reads_back_its_moves(spec: str) -> None:
+    """``Game.record``: SGF for Go (read back by our reader), PGN for chess (read back by
+    python-chess where installed), text otherwise (read back by ``parse_move``); a game going
+    on is a record too."""
+    game = make_game(spec)
+    moves = random_game(game, 1)
+    end = game.from_moves(moves)
+    result = game.score_text(end)
+    text = game.record(moves, ("Ann", "Bob"), result, "score", "a note", "2026-12-06", "test")
+    assert "Ann" in text and "Bob" in text and "2026" in text
+    if game.record_suffix == ".sgf":
+        from actors.games.go.sgf import read
+
+        rec = read(text)
+        assert [p if p is not None else game.pass_action for _, p in rec.moves] == moves
+        assert rec.info["RE"] == result and rec.info["PB"] == "Ann" and rec.info["C"] == "a note"
+    elif game.record_suffix == ".pgn":
+        chess = pytest.importorskip("chess.pgn")
+        import io
+
+        parsed = chess.read_game(io.StringIO(text))
+        assert parsed is not None and not parsed.errors
+        assert parsed.headers["White"] == "Ann" and parsed.headers["Result"] == result
+        s, ucis = game.initial_state(), []
+        for a in moves:
+            ucis.append(game.uci(s, a))  # type: ignore[attr-defined]
+            s = game.apply(s, a)
+        assert [m.uci() for m in parsed.mainline_moves()] == ucis
+    else:
+        assert game.record_suffix == ".txt"
+        assert f"# result: {result} (score)" in text
+        assert [game.parse_move(w) for w in text.splitlines()[-1].split()] == moves
+    going_on = game.record(moves[:3], ("Ann", "Bob"))
+    assert going_on.strip() and result not in going_on.split("\n", 1)[0]
+
+
+def test_each_game_scores_its_end_in_its_own_words() -> None:
+    """``score_text``: Go's area with komi, Othello's discs, chess's PGN result, the winner by
+    the side names otherwise; ``result_text`` for the games not scored at their end."""
+    go = make_game("go9")
+    assert go.score_text(go.from_moves([go.pass_action, go.pass_action])) == "W+7.5"
+    assert go.score_text(go.from_moves([40, go.pass_action, go.pass_action])) == "B+73.5"
+    assert [go.result_text(1, "resign"), go.result_text(0, "forfeit"), go.result_text(None)] == [
+        "W+R", "B+F", "0"
+    ]  # fmt: skip
+    assert go.result_text(None, "disputed") == "Void"
+    othello = make_game("othello")
+    end = othello.from_moves(random_game(othello, 2))
+    black, white = othello.discs(end)  # type: ignore[attr-defined]
+    assert othello.score_text(end).endswith(f" {black}-{white}")
+    assert othello.score_text(end).startswith(
+        "draw" if black == white else "black wins" if black > white else "white wins"
+    )
+    ttt = TicTacToe()
+    assert ttt.sides == ("first", "second")
+    assert ttt.score_text(ttt.from_moves([0, 3, 1, 4, 2])) == "first wins"
+    assert ttt.score_text(ttt.from_moves([0, 1, 2, 4, 3, 5, 7, 6, 8])) == "draw"
+    assert ttt.result_text(1, "resign") == "second wins"
+    assert ttt.result_text(None, "disputed") == "void"
+    chess = make_game("chess")
+    fools_mate = chess.from_moves(
+        [chess.parse_move_at(s, m) for s, m in _chess_line(chess, "f3 e5 g4 Qh4#")]
+    )
+    assert chess.score_text(fools_mate) == "0-1" and chess.winner(fools_mate) == 1
+    assert chess.result_text(None) == "1/2-1/2" and chess.result_text(None, "disputed") == "*"
+
+
+def _chess_line(chess: Game, sans: str) -> list[tuple[object, str]]:
+    """(position, SAN) of each move of a line of SAN from the start."""
+    s, out = chess.initial_state(), []
+    for san in sans.split():
+        out.append((s, san))
+        s = chess.apply(s, chess.parse_move_at(s, san))
+    return out
+
+
+def test_the_games_name_their_sides_protocols_and_how_a_move_is_typed() -> None:
+    go, chess, c4 = make_game("go9"), make_game("chess"), make_game("connect4")
+    assert (go.sides, go.protocols, go.record_suffix) == (("black", "white"), ("gtp",), ".sgf")
+    assert make_game("go9-features").protocols == ("gtp",)
+    assert (chess.sides, chess.protocols, chess.record_suffix) == (
+        ("white", "black"), ("uci",), ".pgn"
+    )  # fmt: skip
+    assert make_game("othello").sides == ("black", "white")
+    assert (c4.sides, c4.protocols, c4.record_suffix) == (("first", "second"), (), ".txt")
+    helps = {name: make_game(name).move_help() for name in ("tictactoe", "connect4", "go9")}
+    assert helps["connect4"] == "columns 0-6, left to right"
+    assert "cells 0-8" in helps["tictactoe"] and "pass" in helps["go9"]
+    assert "e2e4" in chess.move_help() and "Nf3" in chess.move_help()
+
+
+def test_chess_reads_moves_as_san_uci_or_numbers() -> None:
+    chess = make_game("chess")
+    s = chess.initial_state()
+    e4 = chess.parse_move_at(s, "e4")
+    assert chess.parse_move_at(s, "e2e4") == chess.parse_move_at(s, str(e4)) == e4
+    assert chess.format_move_at(s, e4) == "e4" and chess.format_move(e4) == str(e4)
+    assert chess.format_move_at(s, chess.parse_move_at(s, "g1f3")) == "Nf3"
+    for bad in ("e5", "Ke2", "e2e5", "xyz", ""):
+        with pytest.raises(ValueError, match="chess"):
+            chess.parse_move_at(s, bad)
+    # castling (O-O or 0-0), captures with or without x, promotions with or without =
+    s = chess.from_fen("r3k2r/1P6/8/3p4/4P3/8/8/R3K2R w KQkq - 0 1")  # type: ignore[attr-defined]
+    assert chess.format_move_at(s, chess.parse_move_at(s, "0-0")) == "O-O"
+    assert chess.parse_move_at(s, "O-O-O") == chess.parse_move_at(s, "e1c1")
+    assert chess.parse_move_at(s, "exd5") == chess.parse_move_at(s, "ed5")
+    assert chess.format_move_at(s, chess.parse_move_at(s, "bxa8Q")) == "bxa8=Q+"
+    assert chess.parse_move_at(s, "b8=N") == chess.parse_move_at(s, "b7b8n")

@@ -30,7 +30,7 @@ from azserve.arena.ladder.schedule import (
     referee_game,
     run_ladder,
 )
-from azserve.arena.ladder.store import Store, game_seed, pair_of, results_of
+from azserve.arena.ladder.store import Store, colours, game_seed, pair_of, results_of
 from azserve.arena.players import AgentPlayer, RandomPlayer
 from azserve.arena.ratings import Rating, Result, expected_score, fit
 from azserve.arena.referee import play_game
@@ -191,7 +191,7 @@ def tiny_run(
     metrics rows placing each step in time: plain AlphaZero nets unless ``config`` says."""
     cfg = load_config(
         REPO / "configs" / f"{config}.toml",
-        ["net.blocks=1", "net.channels=8", "eval.sims=2", "backend.compile=none", *more],
+        ["net.blocks=1", "net.channels=8", "eval.sims=2", "backend.torch.compile=none", *more],
     )
     t0 = 1_700_000_000.0
     rows = []
@@ -318,7 +318,7 @@ def test_the_real_command_resumes_after_kill_9_without_losing_or_repeating(tmp_p
         by_pair.setdefault(tuple(g["pair"]), []).append(g)  # type: ignore[arg-type]
     for pair, gs in by_pair.items():
         assert [g["k"] for g in gs] == list(range(len(gs))), pair
-        assert [g["black"] for g in gs] == [pair[k % 2] for k in range(len(gs))]
+        assert [g["black"] for g in gs] == [colours(0, pair, k)[0] for k in range(len(gs))]
     names = {n for g in games for n in (g["black"], g["white"])}
     assert names <= {"run@40", "run@80", RANDOM}
     g = games[-1]
@@ -422,7 +422,7 @@ def test_jobs_play_games_at_once_in_the_order_one_job_keeps(tmp_path: Path) -> N
     spans = []
     for pair, gs in by_pair.items():
         assert [g["k"] for g in gs] == list(range(len(gs))), pair
-        assert [g["black"] for g in gs] == [pair[k % 2] for k in range(len(gs))]
+        assert [g["black"] for g in gs] == [colours(0, pair, k)[0] for k in range(len(gs))]
         ends = [float(g["time"]) for g in gs]  # type: ignore[arg-type]
         starts = [e - float(g["seconds"]) for e, g in zip(ends, gs)]  # type: ignore[arg-type]
         assert all(s2 >= e1 - 0.01 for e1, s2 in zip(ends, starts[1:])), pair  # one at a time
@@ -458,3 +458,52 @@ def test_a_job_that_cannot_start_stops_the_command_with_a_clear_error() -> None:
                 list(pool.finished(timeout=1.0))
     finally:
         pool.close()
+
+
+def test_either_side_of_a_pair_opens_its_first_game_about_half_the_time() -> None:
+    """A game's colours are a pure function of its pair, number and the ladder's seed (so a
+    resumed ladder plays the same game), the two take turns, and over pairs the first game
+    goes to either side about half the time: not to the canonical order's first (random
+    play, before every ``run@STEP``)."""
+    pairs = [pair_of(RANDOM, f"run@{step}") for step in range(0, 4000, 20)]
+    assert all(p[0] == RANDOM for p in pairs)
+    for seed in (0, 1):
+        firsts = [colours(seed, p, 0)[0] for p in pairs]
+        assert 0.4 < firsts.count(RANDOM) / len(pairs) < 0.6, seed
+        for p in pairs[:20]:
+            assert colours(seed, p, 0) == colours(seed, p, 0)  # stable
+            assert [colours(seed, p, k) for k in range(4)] == [
+                colours(seed, p, 0),
+                colours(seed, p, 0)[::-1],
+            ] * 2
+    assert [colours(0, p, 0) for p in pairs] != [colours(1, p, 0) for p in pairs]
+
+
+def test_a_chess_ladder_game_keeps_its_pgn(tmp_path: Path) -> None:
+    """The ladder writes every game as its game keeps records: a chess game as PGN beside the
+    store line, its players by colour, its result as PGN writes it."""
+    import io
+
+    from azserve.arena.ladder.play import play_pair
+    from azserve.arena.ladder.schedule import anchor_entrant
+    from azserve.arena.lineup import Lineup
+
+    chess = make_game("chess(max_plies=60)")
+    entrants = [anchor_entrant("greedy"), anchor_entrant(RANDOM)]
+    by_name = {e.name: e for e in entrants}
+    lineup = Lineup(chess, tmp_path, 2, 0)
+    store = Store(tmp_path / "games.jsonl")
+    try:
+        g = play_pair(lineup, store, by_name, pair_of("greedy", RANDOM), seed=3)
+    finally:
+        store.close()
+        lineup.close()
+    assert g["result"] in ("1-0", "0-1", "1/2-1/2") and g["game"] == "chess"
+    (record,) = (tmp_path / "games").glob("*.pgn")
+    text = record.read_text()
+    assert f'[White "{g["black"]}"]' in text and f'[Black "{g["white"]}"]' in text
+    assert f'[Result "{g["result"]}"]' in text and '[Event "azserve ladder"]' in text
+    pgn = pytest.importorskip("chess.pgn")
+    parsed = pgn.read_game(io.StringIO(text))
+    assert parsed is not None and not parsed.errors
+    assert len(list(parsed.mainline_moves())) == len(g["moves"])

@@ -119,7 +119,7 @@ def test_a_match_against_our_own_gtp_engine(tmp_path: Path) -> None:
     summary, _ = run_match(tmp_path, cmd, 2)
     assert summary["games"] == 2 and summary["forfeits"] == {"ours": 0, "theirs": 0}
     for d in summary["disputes"]:
-        assert "the referee (Tromp-Taylor as the stones stand)" in d["why"], d
+        assert "the referee (our rules, the board as it stands)" in d["why"], d
     for i, result in enumerate(summary["results"]):
         assert replay_sgf((tmp_path / "out" / f"game-{i:04d}.sgf").read_text()), result
 
@@ -312,3 +312,46 @@ def test_openspiel_mcts_takes_the_ladders_63_bit_game_seeds() -> None:
     first = play_game(game, OpenSpielMctsPlayer(20, seed), RandomPlayer(1))
     again = play_game(game, OpenSpielMctsPlayer(20, seed), RandomPlayer(1))
     assert first.moves == again.moves  # the seed still decides the game
+
+
+def _line(game, words: str) -> list[int]:  # type: ignore[no-untyped-def]
+    """The actions of a line of moves as the game reads them, from the start."""
+    s, out = game.initial_state(), []
+    for w in words.split():
+        out.append(game.parse_move_at(s, w))
+        s = game.apply(s, out[-1])
+    return out
+
+
+def test_the_referee_writes_results_and_verdicts_as_each_game_does() -> None:
+    """Results by the game's own words (``Game.result_text``/``score_text``), verdicts keyed
+    by its side names, and the game's own record (``record_text``): no ``B+`` or ``black`` for
+    tic-tac-toe, PGN's results and colours for chess."""
+    from azserve.arena.referee import record_text
+
+    ttt = make_game("tictactoe")
+    r = play_game(ttt, Scripted([0, 1, 2]), Scripted([3, 4]))
+    assert (r.winner, r.reason, r.result, r.scores) == (0, "score", "first wins",
+                                                        {"referee": "first wins"})  # fmt: skip
+    assert play_game(ttt, Scripted([0]), Scripted([RESIGN])).result == "first wins"
+    r = play_game(ttt, Scripted([4]), Scripted([4]))
+    assert (r.winner, r.reason, r.result) == (0, "forfeit", "first wins")
+    r = play_game(ttt, Scripted([0]), Scripted([], refuse=0))
+    assert (r.winner, r.reason, r.result) == (None, "disputed", "void")
+    text = record_text(ttt, play_game(ttt, Scripted([0, 1, 2]), Scripted([3, 4])), ("a", "b"))
+    assert text.splitlines()[1:] == ["# result: first wins (score)", "0 3 1 4 2"]
+    assert "B+" not in text and "black" not in text
+
+    chess = make_game("chess")
+    mate = _line(chess, "f3 e5 g4 Qh4#")
+    r = play_game(chess, Scripted(mate[0::2]), Scorer(mate[1::2], Verdict(1, "0-1")))
+    assert (r.winner, r.result, r.scores) == (1, "0-1", {"referee": "0-1", "black": "0-1"})
+    r = play_game(chess, Scripted(mate[0::2]), Scorer(mate[1::2], Verdict(0, "1-0")))
+    assert (r.winner, r.reason, r.result) == (None, "disputed", "*")
+    assert "scores it 1-0, the referee (our rules, the board as it stands) 0-1" in r.why
+    pgn = record_text(chess, r, ("w", "b"))
+    assert '[Result "*"]' in pgn and "1. f3 e5 2. g4 Qh4#" in pgn and "black 1-0" in pgn
+    ours = GameResult(**vars(play_game(chess, Scripted(mate[0::2]), Scripted(mate[1::2]))),
+                      our_color=1)  # fmt: skip
+    s = summarize([ours], "x", chess.sides)
+    assert s["as_black"] == {"games": 1, "wins": 1, "draws": 0} and s["results"] == ["0-1"]

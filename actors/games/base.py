@@ -48,9 +48,19 @@ class Game(abc.ABC):
         with the same rules can meet (``azserve ladder``, ``match --opponent checkpoint:``)."""
         return self.name
 
-    sides: tuple[str, str] = ("black", "white")
-    """What the game's own records call player 0 (who moves first) and player 1: chess
-    ``("white", "black")``. ``azserve match`` names colours and its summary keys by them."""
+    sides: tuple[str, str] = ("first", "second")
+    """What the game's own records call player 0 (who moves first) and player 1: Go and
+    Othello ``("black", "white")``, chess ``("white", "black")``. Results, logs and
+    ``azserve match``'s summary keys (``as_first``; chess ``as_white``) name the sides by them."""
+    protocols: tuple[str, ...] = ()
+    """The engine protocols that speak this game (``"gtp"`` for Go, ``"uci"`` for chess): what
+    ``azserve gtp``/``uci``, the analysis engine's Go requests and the UCI players check."""
+    record_suffix: str = ".txt"
+    position_field: str | None = None
+    """The analysis request field that sets up a position in the game's own notation
+    (``"fen"`` for chess), read by ``from_position``; None where positions come only as the
+    moves from the initial state."""
+    """The file suffix of ``record``'s text: ``.sgf`` for Go, ``.pgn`` for chess."""
     pass_action: int | None = None
     """The pass action where the game has one (Go, Othello), else None."""
     core_name: str | None = None
@@ -176,6 +186,87 @@ class Game(abc.ABC):
         if not 0 <= a < self.num_actions:
             raise ValueError(f"{self.name}: move {a} is out of range 0..{self.num_actions - 1}")
         return str(a)
+
+    def from_position(self, text: str) -> State:
+        """The position ``text`` writes in the game's own notation (``position_field``);
+        ValueError saying what is wrong, or that the game has none."""
+        raise ValueError(f"{self.name}: no position notation; give the moves from the start")
+
+    def parse_move_at(self, s: State, text: str) -> int:
+        """A move typed at ``s`` (the games whose notation depends on the position read it
+        there: chess's SAN and UCI); ``parse_move`` by default. ValueError otherwise; the
+        move may still be illegal at ``s``."""
+        return self.parse_move(text)
+
+    def format_move_at(self, s: State, a: int) -> str:
+        """Legal action ``a`` at ``s`` as the game's players write it (chess: SAN);
+        ``format_move`` by default. ``parse_move_at`` reads it back at ``s``."""
+        return self.format_move(a)
+
+    def move_help(self) -> str:
+        """How a person types a move (``azserve play``'s prompt): ``cells 0-8, row-major``,
+        ``UCI (e2e4) or SAN (e4, Nf3)``; the action numbers by default."""
+        return f"action numbers 0-{self.num_actions - 1}"
+
+    # --- results and records ------------------------------------------------------------
+
+    def result_text(self, winner: int | None, reason: str = "score") -> str:
+        """A game's result as the game's records write it, for a game ``winner`` (0, 1, None
+        for a draw) won by ``reason`` (``score``, ``resign``, ``forfeit``: the loser's move was
+        illegal, ``disputed``: no one's win). By default in words, naming ``sides``:
+        ``first wins``, ``draw``, ``void`` for a disputed game; Go writes SGF's ``B+R``,
+        chess PGN's ``1-0``."""
+        if reason == "disputed":
+            return "void"
+        return "draw" if winner is None else f"{self.sides[winner]} wins"
+
+    def score_text(self, s: State) -> str:
+        """How terminal ``s`` scores, as ``result_text`` writes a result: Go's area score
+        (``B+3.5``), Othello's disc count (``black wins 40-24``); by default the winner the
+        rules name (``result_text``)."""
+        return self.result_text(self.winner(s))
+
+    def winner(self, s: State) -> int | None:
+        """Who won at terminal ``s``: 0 the first player, 1 the second, None for a draw."""
+        tv = self.terminal_value(s)
+        first = tv if self.to_play(s) == 0 else -tv
+        return None if first == 0 else (0 if first > 0 else 1)
+
+    def record(
+        self,
+        moves: Sequence[int],
+        players: tuple[str, str] = ("?", "?"),
+        result: str = "",
+        reason: str = "",
+        comment: str = "",
+        date: str = "",
+        event: str = "",
+    ) -> str:
+        """A game, finished or going on, as the game's own record text (a file named
+        ``*{record_suffix}``): Go SGF, chess PGN, by default plain text (a ``#`` header, then
+        the moves as ``format_move`` writes them, one line).
+
+        Args:
+            moves: every action played from the initial state (a last, illegal one as the
+                referee keeps a forfeit's included).
+            players: the players' names by side (``sides``' order).
+            result: as ``result_text``/``score_text`` write it; "" while the game goes on.
+            reason: how it ended (the referee's ``score``, ``resign``, ``forfeit``,
+                ``disputed``).
+            comment: on the whole game (why it was disputed, each scorer's verdict).
+            date: ISO ``YYYY-MM-DD``.
+            event: what it was played for (``azserve match``, ``azserve ladder``).
+        """
+        head = [f"{self.name}: {players[0]} ({self.sides[0]}) v {players[1]} ({self.sides[1]})"]
+        head += [x for x in (event, date) if x]
+        lines = ["# " + ", ".join(head)]
+        if result:
+            lines.append(f"# result: {result}" + (f" ({reason})" if reason else ""))
+        if comment:
+            lines.append("# " + " ".join(comment.split()))
+        words = [self.format_move(a) if 0 <= a < self.num_actions else str(a) for a in moves]
+        lines.append(" ".join(words))
+        return "\n".join(lines) + "\n"
 
     def from_moves(self, moves: Sequence[int]) -> State:
         """The state reached by playing ``moves`` from the initial state.

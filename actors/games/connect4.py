@@ -132,6 +132,9 @@ class ConnectFour(Game):
     def benchmarks(self) -> tuple[Benchmark, ...]:
         return (MistakeRate(),)
 
+    def move_help(self) -> str:
+        return f"columns 0-{WIDTH - 1}, left to right"
+
     def render(self, s: C4State) -> str:
         first = s.stones if s.ply % 2 == 0 else s.stones ^ s.mask
         rows = []

@@ -107,6 +107,7 @@ class Othello(Game):
     num_actions = CELLS + 1
     pass_action = PASS
     obs_shape = (2, SIZE, SIZE)
+    sides = ("black", "white")
 
     def initial_state(self) -> OthelloState:
         return _START
@@ -152,6 +153,11 @@ class Othello(Game):
     def discs(self, s: OthelloState) -> tuple[int, int]:
         """(black's discs, white's discs)."""
         return s.black.bit_count(), s.white.bit_count()
+
+    def score_text(self, s: OthelloState) -> str:
+        """The discs of the final position: ``black wins 40-24``, ``draw 32-32``."""
+        black, white = self.discs(s)
+        return f"{self.result_text(self.winner(s))} {black}-{white}"
 
     def terminal_value(self, s: OthelloState) -> float:
         if not self.is_terminal(s):
@@ -206,6 +212,9 @@ class Othello(Game):
             return super().parse_move(t)
         except ValueError:
             raise ValueError(f"othello: move {text!r}: expected a1..h8, pass or 0..64") from None
+
+    def move_help(self) -> str:
+        return "a1-h8 (column a-h, row 1 at the top), or pass"
 
     def format_move(self, a: int) -> str:
         if a == PASS:

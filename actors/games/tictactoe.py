@@ -114,6 +114,9 @@ class TicTacToe(Game):
         # Small enough to solve whole: every reachable position, scored against minimax.
         return (OptimalMoves(self.name),)
 
+    def move_help(self) -> str:
+        return "cells 0-8, row-major from the top left"
+
     def render(self, s: TTTState) -> str:
         first = s.stones if s.ply % 2 == 0 else s.stones ^ s.mask
         rows = []

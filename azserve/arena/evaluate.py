@@ -20,8 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from actors.games import BUILTIN_GAMES, Benchmark, Game, State, make_game
+from actors.games import BUILTIN_GAMES, Benchmark, Game, make_game
 from azserve.arena.agent import Agent, analysis_mcts
+from azserve.arena.players import AgentPlayer, Player, RandomPlayer
+from azserve.arena.referee import GameRecord, play_game_async
 from azserve.config.presets import resolve_data_path
 from azserve.config.schema import Config
 from azserve.errors import ConfigError, WeightsError
@@ -50,25 +52,17 @@ def games_with_positions() -> list[str]:
     ]
 
 
-async def _play(
-    game: Game, players: list[Any], rng: np.random.Generator, opening_plies: int
-) -> float:
-    """One game; players[i] is (Agent, sims) or None (uniform random); the first
-    ``opening_plies`` moves are random so that deterministic agents play varied games.
-    Returns the first player's result."""
-    state: State = game.initial_state()
-    ply = 0
-    while not game.is_terminal(state):
-        p = players[game.to_play(state)]
-        if p is None or ply < opening_plies:
-            action = int(rng.choice(game.legal_actions(state)))
-        else:
-            agent, sims = p
-            action = (await agent.analyze([state], sims))[0].move
-        state = game.apply(state, action)
-        ply += 1
-    tv = game.terminal_value(state)
-    return tv if game.to_play(state) == 0 else -tv
+def random_opening(game: Game, rng: np.random.Generator, plies: int) -> list[int]:
+    """``plies`` uniform random moves from the initial state (fewer where the game ends
+    first: its last move is left out, so the players still play)."""
+    s, moves = game.initial_state(), []
+    for _ in range(plies):
+        a = int(rng.choice(game.legal_actions(s)))
+        if game.is_terminal(game.apply(s, a)):
+            break
+        moves.append(a)
+        s = game.apply(s, a)
+    return moves
 
 
 def match(
@@ -79,25 +73,34 @@ def match(
     seed: int = 0,
     opening_plies: int = 0,
 ) -> dict[str, int]:
-    """``agent`` against ``opponent`` (None = uniform random), alternating colours; all games
-    run concurrently so their searches share batches. Returns agent's wins/draws/losses."""
+    """``agent`` against ``opponent`` (None = uniform random), alternating colours, each game
+    under the referee (``azserve.arena.referee``); all games run concurrently so their
+    searches share batches. The first ``opening_plies`` moves are random so that
+    deterministic agents play varied games; game pairs share an opening, each side playing it
+    once with each colour. Returns agent's wins/draws/losses."""
     game = agent.game
 
-    async def run() -> list[float]:
+    def side(who: Agent | None, i: int) -> Player:
+        if who is None:
+            return RandomPlayer([seed, i])
+        return AgentPlayer(who, sims, 0, seed, name="agent" if who is agent else "opponent")
+
+    async def run() -> list[GameRecord]:
         tasks = []
         for i in range(games):
-            me, them = (agent, sims), (None if opponent is None else (opponent, sims))
-            players = [me, them] if i % 2 == 0 else [them, me]
-            # Game pairs share an opening (same seed), each side playing it once with each colour.
-            tasks.append(_play(game, players, np.random.default_rng([seed, i // 2]), opening_plies))
+            opening = random_opening(game, np.random.default_rng([seed, i // 2]), opening_plies)
+            me, them = side(agent, i), side(opponent, i)
+            black, white = (me, them) if i % 2 == 0 else (them, me)
+            tasks.append(play_game_async(game, black, white, opening))
         return await asyncio.gather(*tasks)
 
-    results = asyncio.run(run())
-    mine = [r if i % 2 == 0 else -r for i, r in enumerate(results)]
+    records = asyncio.run(run())
+    mine = [r.winner if i % 2 == 0 or r.winner is None else 1 - r.winner
+            for i, r in enumerate(records)]  # fmt: skip
     return {
-        "win": sum(r > 0 for r in mine),
-        "draw": sum(r == 0 for r in mine),
-        "loss": sum(r < 0 for r in mine),
+        "win": sum(w == 0 for w in mine),
+        "draw": sum(w is None for w in mine),
+        "loss": sum(w == 1 for w in mine),
     }
 
 
@@ -197,9 +200,17 @@ def run_eval(args: argparse.Namespace) -> int:
 def summary_line(result: dict[str, Any], benchmarks: tuple[Benchmark, ...] = ()) -> str:
     """One line for people: the headline figures of an ``azserve eval`` result, each of
     ``benchmarks`` (the game's) saying its own."""
-    parts = [f"{result['game']}, {result['sims']} sims"]
-    parts += [b.summary(result[b.name]) for b in benchmarks if b.name in result]
-    if "vs_random" in result:
-        r = result["vs_random"]
-        parts.append(f"vs random {r['win']}-{r['draw']}-{r['loss']} (win-draw-loss)")
-    return "azserve eval: " + ", ".join(parts)
+    return f"azserve eval: {result['game']}, {result['sims']} sims, " + scores_text(
+        result, benchmarks
+    )
+
+
+def scores_text(result: dict[str, Any], benchmarks: tuple[Benchmark, ...] = ()) -> str:
+    """An evaluation's figures in words: each of ``benchmarks`` (the game's) saying its own,
+    then the matches (``vs random 9-0-1 (win-draw-loss)``)."""
+    parts = [b.summary(result[b.name]) for b in benchmarks if b.name in result]
+    for key, who in (("vs_random", "random"), ("vs_previous", "the previous checkpoint")):
+        if key in result:
+            r = result[key]
+            parts.append(f"vs {who} {r['win']}-{r['draw']}-{r['loss']} (win-draw-loss)")
+    return ", ".join(parts) or "nothing scored"

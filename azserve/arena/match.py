@@ -1,7 +1,8 @@
 """``azserve match``: a checkpoint against another player, game after game, colours alternating;
 the referee (``azserve.arena.referee``) checks every move, scores every game and cross-checks the
-score with the opponent's own; each game is written down (SGF for Go, PGN for chess), and the result is the win
-rate with a 95% confidence interval. Disputed games (the opponent scores another winner, or
+score with the opponent's own; each game is written down as its game keeps records
+(``Game.record``: SGF for Go, PGN for chess, text otherwise), and the result is the win rate
+with a 95% confidence interval. Disputed games (the opponent scores another winner, or
 refuses a legal move) count for neither side and are listed with both scores.
 
 Opponents (``azserve.arena.players``): any GTP engine (``gnugo --mode gtp --level 1``: GnuGo is
@@ -16,27 +17,19 @@ import argparse
 import datetime
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from actors.games import Game
-from actors.games.chess.pgn import pgn, pgn_result
-from actors.games.chess.rules import Chess
-from actors.games.go.sgf import sgf
 from azserve.arena.ladder.store import game_seed
-from azserve.arena.players import (
-    RESIGN,
-    AgentPlayer,
-    Player,
-    PlayerError,
-    Refused,
-    make_player,
-    parse_spec,
-)
+from azserve.arena.lineup import Lineup
+from azserve.arena.players import RESIGN, Player, PlayerError, Refused, parse_spec
+from azserve.arena.pool import Task, play_in_pool
 from azserve.arena.ratings import wilson
-from azserve.arena.referee import GameRecord, play_game
+from azserve.arena.referee import GameRecord, play_game, record_text
 
 
 @dataclass
@@ -64,14 +57,11 @@ def play_one(game: Game, index: int, our_color: int, ours: Player, theirs: Playe
 
 
 def summarize(
-    results: list[GameResult],
-    opponent: str,
-    sides: tuple[str, str] = ("black", "white"),
-    result_text: Callable[[GameResult], str] = lambda r: r.result,
+    results: list[GameResult], opponent: str, sides: tuple[str, str] = ("black", "white")
 ) -> dict[str, Any]:
-    """match.json's summary; ``sides`` names the colours (``as_black``, ``as_white``) and
-    ``result_text`` writes each game's result as the game's records do (SGF's ``B+3.5``, PGN's
-    ``1-0``)."""
+    """match.json's summary; ``sides`` names the colours (``Game.sides``: ``as_black``,
+    ``as_white``); each game's result is as the game's records write it (SGF's ``B+3.5``,
+    PGN's ``1-0``)."""
     scored = [r for r in results if r.reason != "disputed"]
     wins = sum(r.won for r in scored)
     draws = sum(r.winner is None for r in scored)
@@ -110,10 +100,10 @@ def summarize(
             for r in results
             if r.reason == "disputed"
         ],
-        "checked_by_opponent": sum("black" in r.scores or "white" in r.scores for r in scored),
+        "checked_by_opponent": sum(any(k in sides for k in r.scores) for r in scored),
         "margin_differs": sum(r.margin_differs for r in scored),
         "mean_moves": round(sum(len(r.moves) for r in results) / max(1, len(results)), 1),
-        "results": [result_text(r) for r in results],
+        "results": [r.result for r in results],
     }
 
 
@@ -133,55 +123,41 @@ class MatchSetup:
 
 
 class MatchPlayers:
-    """Our checkpoint and the opponent, and each game's pair of players. Every game's players
-    are seeded by the match's seed and the game's number (``game_seed``), so a game is the same
-    whoever plays it and whenever; only an engine process (GTP, UCI) is kept from game to game
-    (its own randomness is its own)."""
+    """Our checkpoint and the opponent, and each game's pair of players, from one ``Lineup``.
+    Every game's players are seeded by the match's seed and the game's number
+    (``game_seed``), so a game is the same whoever plays it and whenever; only an engine
+    process (GTP, UCI) is kept from game to game (its own randomness is its own)."""
 
     def __init__(self, setup: MatchSetup) -> None:
-        from azserve.arena.agent import agent_from_checkpoint, identity, newest_checkpoint_in
+        from azserve.arena.agent import agent_from_checkpoint, identity
+        from azserve.config.presets import newest_checkpoint_in
 
         self.setup = setup
-        cfg, self.agent = agent_from_checkpoint(
-            setup.checkpoint, setup.config, setup.overrides, None
-        )
-        self.game = self.agent.game
+        cfg, agent = agent_from_checkpoint(setup.checkpoint, setup.config, setup.overrides, None)
+        self.game = agent.game
         self.sims = cfg.eval.sims if setup.sims is None else setup.sims
+        self.lineup = Lineup(self.game, Path(setup.log).parent, setup.sims, setup.sample_moves)
+        self.lineup.add(setup.checkpoint, agent, self.sims)
         name = self.game.name
         self.ours_name = f"azserve {identity(newest_checkpoint_in(setup.checkpoint), name)}"
-        self._theirs: tuple[Any, int, str] | None = None  # a checkpoint opponent's agent
-        self._engine: Player | None = None
+        self._theirs: tuple[str, str | None] = (setup.opponent, None)  # (spec, name)
         kind, arg = parse_spec(setup.opponent)
         if kind == "checkpoint":
             file = newest_checkpoint_in(arg)
-            their_cfg, theirs = agent_from_checkpoint(file, None, (), name)
-            their_sims = their_cfg.eval.sims if setup.sims is None else setup.sims
-            self._theirs = (theirs, their_sims, f"azserve {identity(file, name)}")
-        elif kind in ("gtp", "uci"):
-            self._engine = make_player(setup.opponent, setup.seed, Path(setup.log))
-        self.opponent_name, self.opponent_command = self._describe()
-
-    def _describe(self) -> tuple[str, str]:
-        probe = self._engine or self.players(0)[1]
-        return probe.name, getattr(probe, "command", probe.name)
+            self._theirs = (f"checkpoint:{file}", f"azserve {identity(file, name)}")
+        probe = self.players(0)[1]  # an engine starts here, a checkpoint loads
+        self.opponent_name = probe.name
+        self.opponent_command: str = getattr(probe, "command", probe.name)
 
     def players(self, i: int) -> tuple[Player, Player]:
         """(ours, theirs) for game ``i``."""
         s = game_seed(self.setup.seed, ("match", self.setup.opponent), i)
-        ours = AgentPlayer(self.agent, self.sims, self.setup.sample_moves, s, name=self.ours_name)
-        if self._engine is not None:
-            return ours, self._engine
-        if self._theirs is not None:
-            agent, sims, name = self._theirs
-            return ours, AgentPlayer(agent, sims, self.setup.sample_moves, s + 1, name=name)
-        return ours, make_player(self.setup.opponent, s + 1)
+        ours = self.lineup.player(f"checkpoint:{self.setup.checkpoint}", s, self.ours_name)
+        spec, name = self._theirs
+        return ours, self.lineup.player(spec, s + 1, name, log=Path(self.setup.log))
 
     def close(self) -> None:
-        if self._engine is not None:
-            self._engine.close()
-        if self._theirs is not None:
-            self._theirs[0].close()
-        self.agent.close()
+        self.lineup.close()
 
 
 class MatchJob:
@@ -212,21 +188,17 @@ def _games_here(players: MatchPlayers, games: int) -> Iterator[GameResult]:
 
 def _games_in_jobs(setup: MatchSetup, games: int, jobs: int) -> Iterator[GameResult]:
     """The games as they end, ``jobs`` at a time, each in a worker process."""
-    from azserve.arena.pool import GamePool
+    numbers = iter(range(games))
 
-    pool = GamePool(jobs, MatchJob, setup)
-    try:
-        nxt = 0
-        while nxt < games or pool.busy:
-            while pool.idle() and nxt < games:
-                pool.submit(nxt, {"i": nxt})
-                nxt += 1
-            for i, answer in pool.finished(timeout=1.0):
-                if "error" in answer:
-                    raise PlayerError(f"game {i + 1}: {answer['error']}")
-                yield GameResult(**answer["result"])
-    finally:
-        pool.close()
+    def next_task(busy: set[Any]) -> Task | None:
+        i = next(numbers, None)
+        return None if i is None else (i, {"i": i})
+
+    with closing(play_in_pool(jobs, MatchJob, setup, next_task)) as ended:
+        for i, answer in ended:
+            if "error" in answer:
+                raise PlayerError(f"game {i + 1}: {answer['error']}")
+            yield GameResult(**answer["result"])
 
 
 def run_match(args: argparse.Namespace) -> int:
@@ -257,7 +229,6 @@ def run_match(args: argparse.Namespace) -> int:
     )
     today = datetime.date.today().isoformat()
     sides = game.sides
-    result_text = pgn_result if isinstance(game, Chess) else (lambda r: r.result)
     results: list[GameResult] = []
     try:
         if jobs > 1:
@@ -269,18 +240,9 @@ def run_match(args: argparse.Namespace) -> int:
             i, our_color = r.index, r.our_color
             results.append(r)
             them = players.opponent_name
-            names = [players.ours_name, them] if our_color == 0 else [them, players.ours_name]
-            if isinstance(game, Chess):
-                (out_dir / f"game-{i:04d}.pgn").write_text(
-                    pgn(game, r, names[0], names[1], date=today)
-                )
-            elif hasattr(game, "size"):
-                (out_dir / f"game-{i:04d}.sgf").write_text(
-                    sgf(game, r, names[0], names[1], date=today)
-                )
-            else:
-                moves = " ".join(game.format_move(a) for a in r.moves)
-                (out_dir / f"game-{i:04d}.txt").write_text(f"{r.result} ({r.reason})\n{moves}\n")
+            names = (players.ours_name, them) if our_color == 0 else (them, players.ours_name)
+            text = record_text(game, r, names, date=today, event="azserve match")
+            (out_dir / f"game-{i:04d}{game.record_suffix}").write_text(text)
             wins = sum(x.won for x in results)
             checked = (
                 f"; {r.why}"
@@ -293,7 +255,7 @@ def run_match(args: argparse.Namespace) -> int:
             )
             print(
                 f"game {i + 1}/{args.games}: azserve {sides[our_color]}, "
-                f"{result_text(r)} ({r.reason}, {len(r.moves)} moves, {r.seconds:.0f} s{checked}); "
+                f"{r.result} ({r.reason}, {len(r.moves)} moves, {r.seconds:.0f} s{checked}); "
                 f"azserve {wins}/{len(results)}",
                 file=sys.stderr,
                 flush=True,
@@ -302,7 +264,7 @@ def run_match(args: argparse.Namespace) -> int:
         if jobs <= 1:
             players.close()
     results.sort(key=lambda r: r.index)
-    summary = summarize(results, players.opponent_name, sides, result_text)
+    summary = summarize(results, players.opponent_name, sides)
     summary.update(
         checkpoint=str(args.checkpoint),
         game=game.name,

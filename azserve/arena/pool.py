@@ -1,8 +1,9 @@
 """Games in parallel, one per worker process (``azserve ladder --jobs N``, ``azserve match
 --jobs N``): each worker builds its own players once (its agents on its own backend, its own
 engine processes) from a setup handed over when it is spawned, then plays one game per task.
-The command's own process decides every task and keeps every record, so what a game is (its
-players, colours and seed) never depends on which worker plays it, or when.
+The command's own process decides every task and keeps every record (``play_in_pool`` drives
+the pool for both), so what a game is (its players, colours and seed) never depends on which
+worker plays it, or when.
 
 Tasks and answers travel as JSON over pipes (nothing is unpickled from them). A worker dies with
 the command's process (``kill -9`` included: Linux's parent-death signal); its engines see their
@@ -16,7 +17,7 @@ import json
 import multiprocessing as mp
 import os
 import traceback
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Generator, Hashable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
@@ -176,4 +177,35 @@ class GamePool:
             j.results.close()
 
 
-__all__ = ["GamePool", "Handler"]
+Task = tuple[Hashable, dict[str, Any]]
+"""A task under its key."""
+
+
+def play_in_pool(
+    jobs: int,
+    factory: Callable[[Any], Handler],
+    setup: Any,
+    next_task: Callable[[set[Any]], Task | None],
+    timeout: float = 1.0,
+) -> Generator[tuple[Any, dict[str, Any]], None, None]:
+    """The driver of ``match --jobs`` and ``ladder --jobs``: a ``GamePool`` of ``jobs``
+    workers kept busy with ``next_task(busy)`` (the keys in play now; None: nothing to start
+    now) until it has nothing more and every game has ended; (key, answer) as games end. The
+    caller handles an answer before the next tasks are asked for; the workers stop when the
+    caller stops iterating."""
+    pool = GamePool(jobs, factory, setup)
+    try:
+        while True:
+            while pool.idle():
+                task = next_task(pool.busy)
+                if task is None:
+                    break
+                pool.submit(*task)
+            if not pool.busy:
+                return
+            yield from pool.finished(timeout)
+    finally:
+        pool.close()
+
+
+__all__ = ["GamePool", "Handler", "Task", "play_in_pool"]

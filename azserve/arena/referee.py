@@ -1,10 +1,12 @@
-"""The referee of a game between two players: our rules check every move, end the game and
-score it, and every player that can score a finished game is asked for its own verdict.
+"""The referee of a game between two players, the one loop every judged game is played in
+(``azserve match``, the ladder, ``azserve eval``'s matches, ``azserve play``): our rules check
+every move, end the game and score it, and every player that can score a finished game is
+asked for its own verdict.
 
 A move our rules refuse (occupied, suicide, superko, a pass while a disc can be placed) loses
 the game for the side that made it (a forfeit); a player that refuses a legal move ends the
-game as disputed (neither side's win). At the end our score (Go: Tromp-Taylor area of the
-board as it stands, komi to white) is cross-checked with each player's own (GTP's
+game as disputed (neither side's win). At the end our score (``Game.score_text``; Go: Tromp-Taylor
+area of the board as it stands, komi to white) is cross-checked with each player's own (GTP's
 ``final_score``, OpenSpiel's returns): a player that names another winner makes the game
 disputed, with both scores kept, never a win. A player that agrees on the winner but not the
 margin is kept as it said it (``scores``), and the game counts.
@@ -13,9 +15,8 @@ margin is kept as it said it (``scores``), and the game counts.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from actors.games import Game, State
 from azserve.arena.players.base import RESIGN, Player, Refused
@@ -26,26 +27,37 @@ class GameRecord:
     """One refereed game, from neither side's view."""
 
     winner: int | None
-    """0 black / first player, 1 white / second, None for a draw or a disputed game."""
+    """0 the first player (Go's black, chess's white), 1 the second, None for a draw or a
+    disputed game."""
     reason: str
     """``score``, ``resign``, ``forfeit`` (an illegal move by the loser) or ``disputed``."""
     result: str
-    """SGF's RE: ``B+3.5``, ``W+R``, ``B+F``, ``0``, ``Void``."""
+    """As the game's records write it (``Game.result_text``, ``Game.score_text``): Go
+    ``B+3.5``, ``W+R``, ``B+F``, ``0``, ``Void``; chess ``1-0``, ``1/2-1/2``, ``*``;
+    otherwise ``first wins``, ``draw``, ``void``."""
     moves: list[int] = field(default_factory=list)
     """Every move played, the opening's included (an illegal last move included)."""
     seconds: float = 0.0
     scores: dict[str, str] = field(default_factory=dict)
-    """Each scorer's verdict on a game played to its end: ``referee`` (ours) and ``black`` /
-    ``white`` for the players that scored it themselves."""
+    """Each scorer's verdict on a game played to its end: ``referee`` (ours) and, by the
+    game's side names (``Game.sides``: ``black``, ``white``), the players that scored it
+    themselves."""
     why: str = ""
     """For a disputed game, what was disputed."""
 
 
-def play_game(game: Game, black: Player, white: Player, opening: Sequence[int] = ()) -> GameRecord:
-    """One game refereed by ``game``'s rules. ``opening``: moves played first on both players'
-    behalf (told to both; each must be legal)."""
+Turn = tuple[int, State]
+"""What the referee asks for: the move of side ``color`` at ``state``."""
+
+
+def refereed(
+    game: Game, players: Sequence[Player], opening: Sequence[int] = ()
+) -> Generator[Turn, int, GameRecord]:
+    """The game loop, as a generator: it yields each turn whose move it needs, is sent the
+    move, and returns the record. ``play_game`` and ``play_game_async`` drive it (a player's
+    move asked for in or out of an event loop); everything else (telling, checking, ending,
+    scoring) happens here."""
     t0 = time.monotonic()
-    players = (black, white)
     for p in players:
         p.new_game(game)
     s = game.initial_state()
@@ -53,6 +65,9 @@ def play_game(game: Game, black: Player, white: Player, opening: Sequence[int] =
 
     def done(winner: int | None, reason: str, result: str, why: str = "") -> GameRecord:
         return GameRecord(winner, reason, result, moves, time.monotonic() - t0, why=why)
+
+    def void(why: str) -> GameRecord:
+        return done(None, "disputed", game.result_text(None, "disputed"), why)
 
     for a in opening:
         if game.is_terminal(s) or a not in game.legal_actions(s):
@@ -64,59 +79,89 @@ def play_game(game: Game, black: Player, white: Player, opening: Sequence[int] =
             try:
                 p.tell(color, a)
             except Refused as e:
-                return done(None, "disputed", "Void", f"{p.name} refused opening move {a}: {e}")
+                return void(f"{p.name} refused opening move {a}: {e}")
     while not game.is_terminal(s):
         color = game.to_play(s)
-        mover, other = players[color], players[1 - color]
-        a = mover.genmove(color, s)
+        other = players[1 - color]
+        a = yield color, s
         if a == RESIGN:
-            return done(1 - color, "resign", f"{'BW'[1 - color]}+R")
+            return done(1 - color, "resign", game.result_text(1 - color, "resign"))
         if a not in game.legal_actions(s):
             moves.append(a)
-            return done(1 - color, "forfeit", f"{'BW'[1 - color]}+F")
+            return done(1 - color, "forfeit", game.result_text(1 - color, "forfeit"))
         moves.append(a)
         s = game.apply(s, a)
         try:
             other.tell(color, a)
         except Refused as e:
-            return done(None, "disputed", "Void", f"{other.name} refused {a}: {e}")
-    record = score_end(game, s, done)
-    return cross_check(record, players)
-
-
-def score_end(game: Game, s: State, done: Any) -> GameRecord:
-    """Our result at a terminal state: the score where the game has one (Go), else the
-    outcome (Othello: the disc count)."""
-    tv = game.terminal_value(s)
-    first = tv if game.to_play(s) == 0 else -tv
-    winner = None if first == 0 else (0 if first > 0 else 1)
-    if hasattr(game, "score"):
-        record = done(winner, "score", game.format_score(s))  # type: ignore[attr-defined]
-    elif hasattr(game, "discs"):
-        black, white = game.discs(s)  # type: ignore[attr-defined]
-        margin = abs(black - white)
-        record = done(winner, "score", "0" if winner is None else f"{'BW'[winner]}+{margin}")
-    else:
-        record = done(winner, "score", "0" if winner is None else f"{'BW'[winner]}+")
+            return void(f"{other.name} refused {a}: {e}")
+    record = done(game.winner(s), "score", game.score_text(s))
     record.scores["referee"] = record.result
-    return record
+    return cross_check(game, record, players)
 
 
-def cross_check(record: GameRecord, players: Sequence[Player]) -> GameRecord:
+def play_game(game: Game, black: Player, white: Player, opening: Sequence[int] = ()) -> GameRecord:
+    """One game refereed by ``game``'s rules, ``black`` the first player. ``opening``: moves
+    played first on both players' behalf (told to both; each must be legal)."""
+    players = (black, white)
+    steps = refereed(game, players, opening)
+    try:
+        color, s = next(steps)
+        while True:
+            color, s = steps.send(players[color].genmove(color, s))
+    except StopIteration as end:
+        return end.value  # type: ignore[no-any-return]
+
+
+async def play_game_async(
+    game: Game, black: Player, white: Player, opening: Sequence[int] = ()
+) -> GameRecord:
+    """``play_game`` on an event loop: each move asked with ``genmove_async``, so the searches
+    of many games played at once share batches (``azserve eval``'s matches)."""
+    players = (black, white)
+    steps = refereed(game, players, opening)
+    try:
+        color, s = next(steps)
+        while True:
+            color, s = steps.send(await players[color].genmove_async(color, s))
+    except StopIteration as end:
+        return end.value  # type: ignore[no-any-return]
+
+
+def cross_check(game: Game, record: GameRecord, players: Sequence[Player]) -> GameRecord:
     """``record`` with every player's own verdict on the finished game: disputed when one
     names another winner."""
     for color, p in enumerate(players):
         verdict = p.final_score()
         if verdict is None:
             continue
-        record.scores[("black", "white")[color]] = verdict.text
+        record.scores[game.sides[color]] = verdict.text
         if verdict.winner != record.winner and record.reason != "disputed":
             record.why = (
-                f"{p.name} scores it {verdict.text}, the referee (Tromp-Taylor as the stones "
-                f"stand) {record.result}"
+                f"{p.name} scores it {verdict.text}, the referee (our rules, the board as it "
+                f"stands) {record.result}"
             )
-            record.winner, record.reason, record.result = None, "disputed", "Void"
+            record.winner, record.reason = None, "disputed"
+            record.result = game.result_text(None, "disputed")
     return record
 
 
-__all__ = ["GameRecord", "cross_check", "play_game", "score_end"]
+def record_text(
+    game: Game, r: GameRecord, players: tuple[str, str], date: str = "", event: str = ""
+) -> str:
+    """A refereed game as the game's own record (``Game.record``: SGF, PGN, text), its
+    comment why it was disputed and each scorer's verdict where they differ."""
+    scores = ", ".join(f"{k} {v}" for k, v in r.scores.items()) if len(r.scores) > 1 else ""
+    comment = "; ".join(x for x in (r.why, scores) if x)
+    return game.record(r.moves, players, r.result, r.reason, comment, date, event)
+
+
+__all__ = [
+    "GameRecord",
+    "Turn",
+    "cross_check",
+    "play_game",
+    "play_game_async",
+    "record_text",
+    "refereed",
+]

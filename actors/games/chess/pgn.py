@@ -1,11 +1,24 @@
-"""A refereed chess game as PGN: SAN moves from the start position, the result and, for a
-forfeit or a dispute, why."""
+"""Chess games as PGN: SAN moves from the start position, the result and, for a forfeit or a
+dispute, why. ``Chess.record`` writes a game's record with ``pgn_record``."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from actors.games.chess.rules import Chess
+
+class Notation(Protocol):
+    """What the writer needs of the game (``Chess``): its moves in SAN."""
+
+    def initial_state(self) -> Any: ...
+
+    def legal_actions(self, s: Any) -> list[int]: ...
+
+    def is_terminal(self, s: Any) -> bool: ...
+
+    def apply(self, s: Any, a: int) -> Any: ...
+
+    def san(self, s: Any, a: int) -> str: ...
 
 
 def pgn_result(r: Any) -> str:
@@ -14,11 +27,20 @@ def pgn_result(r: Any) -> str:
     return {0: "1-0", 1: "0-1"}.get(r.winner, "*" if r.reason == "disputed" else "1/2-1/2")
 
 
-def pgn(game: Chess, r: Any, white: str, black: str, date: str = "", event: str = "") -> str:
-    """A refereed game (``GameRecord``) as PGN from the start position: SAN moves, the result
-    (``1-0``, ``0-1``, ``1/2-1/2``, ``*`` for a disputed one) and, for a forfeit or dispute, why
-    in a comment."""
-    result = pgn_result(r)
+def pgn_record(
+    game: Notation,
+    moves: Sequence[int],
+    white: str,
+    black: str,
+    result: str = "*",
+    termination: str = "",
+    comment: str = "",
+    date: str = "",
+    event: str = "",
+) -> str:
+    """A game from the start position as PGN: the seven tag roster, ``Termination`` (how it
+    ended) where given, SAN moves (an illegal one, a forfeit's, as a comment where it was
+    played), ``comment`` in braces before the result (``*`` while the game goes on)."""
     tags = [
         ("Event", event or "azserve match"),
         ("Site", "?"),
@@ -27,20 +49,21 @@ def pgn(game: Chess, r: Any, white: str, black: str, date: str = "", event: str 
         ("White", white),
         ("Black", black),
         ("Result", result),
-        ("Termination", r.reason),
     ]
+    if termination:
+        tags.append(("Termination", termination))
     head = "".join(f'[{k} "{v.replace(chr(34), chr(39))}"]\n' for k, v in tags)
     s, words = game.initial_state(), []
-    for i, a in enumerate(r.moves):
+    for i, a in enumerate(moves):
         if i % 2 == 0:
             words.append(f"{i // 2 + 1}.")
-        if s.over or a not in game.legal_actions(s):
+        if game.is_terminal(s) or a not in game.legal_actions(s):
             words.append(f"{{illegal: action {a}}}")
             break
         words.append(game.san(s, a))
         s = game.apply(s, a)
-    if r.why:
-        words.append("{" + r.why.replace("}", ")") + "}")
+    if comment:
+        words.append("{" + comment.replace("}", ")") + "}")
     words.append(result)
     lines, line = [], ""
     for w in words:
@@ -53,4 +76,10 @@ def pgn(game: Chess, r: Any, white: str, black: str, date: str = "", event: str 
     return head + "\n" + "\n".join(lines) + "\n"
 
 
-__all__ = ["pgn", "pgn_result"]
+def pgn(game: Notation, r: Any, white: str, black: str, date: str = "", event: str = "") -> str:
+    """A refereed game (``GameRecord``) as PGN: its moves, its result (``pgn_result``), how it
+    ended, and for a forfeit or dispute why."""
+    return pgn_record(game, r.moves, white, black, pgn_result(r), r.reason, r.why, date, event)
+
+
+__all__ = ["Notation", "pgn", "pgn_record", "pgn_result"]

@@ -32,12 +32,15 @@ adjudicated a draw. The blob's bytes are documented in chess.c.
 
 from __future__ import annotations
 
+import re
 import struct
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from actors.games.base import Game
+from actors.games.chess.pgn import pgn_record
 
 START_FEN = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 TYPES = 73
@@ -104,6 +107,15 @@ class Move(NamedTuple):
         return _sq(self.frm) + _sq(self.to) + self.promo
 
 
+_UCI_MOVE = re.compile(r"[a-h][1-8][a-h][1-8][qrbn]?")
+
+
+def _san_key(text: str) -> str:
+    """SAN as compared when read: no check marks, annotations, ``x`` or ``=``; castling
+    with letter O."""
+    return re.sub(r"[+#!?x=]", "", text.strip()).replace("0", "O")
+
+
 def _sq(i: int) -> str:
     return _FILES[i % 8] + str(i // 8 + 1)
 
@@ -120,6 +132,9 @@ class Chess(Game):
 
     name = "chess"
     sides = ("white", "black")
+    protocols = ("uci",)
+    record_suffix = ".pgn"
+    position_field = "fen"
     core_name = "chess"
     openspiel = "chess"
     num_actions = ACTIONS
@@ -298,6 +313,54 @@ class Chess(Game):
             text += "#" if after.over and after.value == -1.0 else "+"
         return text
 
+    def parse_move_at(self, s: ChessState, text: str) -> int:
+        """A move typed at ``s``: UCI (``e2e4``, ``e7e8q``), SAN (``e4``, ``Nf3``, ``exd5``,
+        ``e8=Q``, ``O-O``; check marks and ``x`` optional, ``0-0`` taken) or the action's
+        number. ValueError when it names no legal move there."""
+        t = text.strip()
+        if t.isdigit():
+            return self.parse_move(t)
+        if _UCI_MOVE.fullmatch(t):
+            return self.parse_uci(s, t)
+        want = _san_key(t)
+        found = [a for a in self.legal_actions(s) if _san_key(self.san(s, a)) == want]
+        if len(found) == 1:
+            return found[0]
+        raise ValueError(
+            f"chess: {text!r} is not a legal move here (UCI e2e4, SAN e4 or Nf3); "
+            f"legal: {' '.join(self.san(s, a) for a in self.legal_actions(s))}"
+        )
+
+    def format_move_at(self, s: ChessState, a: int) -> str:
+        """SAN (``Nf3``), as PGN writes it."""
+        return self.san(s, a)
+
+    def move_help(self) -> str:
+        return "SAN (e4, Nf3, O-O) or UCI (e2e4, e7e8q)"
+
+    # --- results and records ------------------------------------------------------------
+
+    def result_text(self, winner: int | None, reason: str = "score") -> str:
+        """PGN's result: ``1-0``, ``0-1``, ``1/2-1/2``, ``*`` for a disputed game."""
+        if winner is None:
+            return "*" if reason == "disputed" else "1/2-1/2"
+        return ("1-0", "0-1")[winner]
+
+    def record(
+        self,
+        moves: Sequence[int],
+        players: tuple[str, str] = ("?", "?"),
+        result: str = "",
+        reason: str = "",
+        comment: str = "",
+        date: str = "",
+        event: str = "",
+    ) -> str:
+        """The game as PGN (``actors.games.chess.pgn``): SAN moves, ``Termination`` the
+        ``reason``, ``*`` while it goes on."""
+        white, black = players
+        return pgn_record(self, moves, white, black, result or "*", reason, comment, date, event)
+
     def openspiel_action(self, s: ChessState, a: int) -> int:
         """OpenSpiel's number for our action ``a`` at ``s`` (a legal action)."""
         black = s.blob[64]
@@ -306,6 +369,10 @@ class Chess(Game):
         return _OS_TABLE[a]
 
     # --- FEN ----------------------------------------------------------------------------
+
+    def from_position(self, text: str) -> ChessState:
+        """A FEN (``position_field``): ``from_fen``."""
+        return self.from_fen(text)
 
     def from_fen(self, fen: str) -> ChessState:
         """The position of a FEN (six fields; the clocks may be left out); ValueError saying

@@ -19,11 +19,13 @@ N * N bytes each.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from actors.games.base import Game
+from actors.games.go.sgf import sgf_record
 from actors.games.symmetry import square_symmetries
 
 EMPTY, BLACK, WHITE = 0, 1, 2
@@ -53,6 +55,9 @@ class Go(Game):
     """
 
     pass_action: int
+    sides = ("black", "white")
+    protocols = ("gtp",)
+    record_suffix = ".sgf"
 
     def __init__(self, size: int = 9, komi: float = 7.5) -> None:
         if not 2 <= size <= len(_GTP_COLS):
@@ -246,6 +251,32 @@ class Go(Game):
         x = self.score(s)
         return "0" if x == 0 else f"{'B' if x > 0 else 'W'}+{abs(x):g}"
 
+    def result_text(self, winner: int | None, reason: str = "score") -> str:
+        """SGF's ``RE``: ``B+R`` (resign), ``W+F`` (forfeit), ``0``, ``Void`` (disputed), and
+        ``B+`` for a score whose margin is not known (``score_text`` gives it)."""
+        if reason == "disputed":
+            return "Void"
+        if winner is None:
+            return "0"
+        return f"{'BW'[winner]}+" + {"resign": "R", "forfeit": "F"}.get(reason, "")
+
+    def score_text(self, s: GoState) -> str:
+        """Tromp-Taylor area of the board as it stands, komi to white: ``B+3.5``, ``0``."""
+        return self.format_score(s)
+
+    def record(
+        self,
+        moves: Sequence[int],
+        players: tuple[str, str] = ("?", "?"),
+        result: str = "",
+        reason: str = "",
+        comment: str = "",
+        date: str = "",
+        event: str = "",
+    ) -> str:
+        """The game as SGF (FF[4], ``actors.games.go.sgf``); ``reason`` is in ``result``."""
+        return sgf_record(self, moves, players[0], players[1], date, result, comment, event=event)
+
     def terminal_value(self, s: GoState) -> float:
         if not self.is_terminal(s):
             raise ValueError(f"{self.name}: terminal_value of a position that is not terminal")
@@ -304,6 +335,9 @@ class Go(Game):
                 f"{self.name}: move {text!r}: expected a vertex such as D4, pass, or "
                 f"0..{self.cells}"
             ) from None
+
+    def move_help(self) -> str:
+        return f"vertices A1-{_GTP_COLS[self.size - 1]}{self.size} (no I), or pass"
 
     def format_move(self, a: int) -> str:
         """The GTP vertex of action ``a`` (``pass`` for the pass)."""

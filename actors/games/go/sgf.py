@@ -231,13 +231,15 @@ def sgf_record(
     comments: Sequence[str] = (),
     colors: Sequence[int] = (),
     setup: Sequence[tuple[int, int]] = (),
+    event: str = "",
 ) -> str:
     """A Go game as SGF (FF[4]): the players' names, the date (``DT``, ISO), the result
     (``RE``, left out while the game goes on), the game's comment, setup stones (``AB``/``AW``:
     (colour, point) each, handicap included, with ``HA`` for black-only setups), the moves
     (``colors``: each move's colour, for games where a side played twice; default alternating
     from black, or white after a handicap), and each move's comment (``comments``, aligned with
-    ``moves``; "" for none). ``azserve.app.sgf_read`` reads it back."""
+    ``moves``; "" for none), and the event (``EV``) it was played for. ``read`` reads it
+    back."""
     n = game.size  # type: ignore[attr-defined]
     letters = "abcdefghijklmnopqrstuvwxy"
 
@@ -253,6 +255,8 @@ def sgf_record(
         props += f"RE[{result}]"
     if date:
         props += f"DT[{date}]"
+    if event:
+        props += f"EV[{_escape(event)}]"
     if comment:
         props += f"C[{_escape(comment)}]"
     for side, key in ((0, "AB"), (1, "AW")):

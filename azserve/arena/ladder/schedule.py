@@ -6,12 +6,14 @@ play held at 0 (without a random anchor, the first anchor).
 
 The store, ``OUT/games.jsonl``, is append-only: one JSON line per finished game (its players,
 colours, result, moves, seed, and each checkpoint's step, wall time and positions). A game is
-named by its pair and its number within the pair (``k``), which fix its colours (the pair's
-first player takes black in even games) and its seed; the next game of a pair is always the
-first number not yet stored. So a ladder killed at any point (``kill -9`` mid-game included)
-resumes where it stopped: an unfinished game was never written and is played again from the
-same seed, and a stored one is never played twice. A torn last line is cut off on resume.
-Go games are also written as SGF under ``OUT/games/``.
+named by its pair and its number within the pair (``k``), which with the ladder's seed fix its
+colours (the two take turns; who opens the pair's first game is drawn from the seed and the
+pair: ``store.colours``) and its seed; the next game of a pair is always the first number not
+yet stored. So a ladder killed at any point (``kill -9`` mid-game included) resumes where it
+stopped: an unfinished game was never written and is played again from the same seed, and a
+stored one is never played twice. A torn last line is cut off on resume.
+Every game is also written as its game keeps records (SGF for Go, PGN for chess, text
+otherwise) under ``OUT/games/``.
 
 Pairing: each checkpoint plays its neighbours in time within its run, the checkpoint of each
 other run nearest to it in time, and every anchor; of all those pairs the next game goes to
@@ -32,15 +34,18 @@ import math
 import sys
 import time
 from collections.abc import Collection, Iterable, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from actors.games import Game
 from azserve.arena.ladder.output import at_equal_time, draw_ladder, ratings_json, table
-from azserve.arena.ladder.play import JobSetup, LadderJob, Roster, play_pair, store_record
+from azserve.arena.ladder.play import JobSetup, LadderJob, play_pair, store_record
 from azserve.arena.ladder.store import Entrant, LadderReport, Store, pair_of, results_of
+from azserve.arena.lineup import Lineup
 from azserve.arena.players import PlayerError, parse_spec
+from azserve.arena.pool import Task, play_in_pool
 from azserve.arena.ratings import Rating, expected_score, fit
 from azserve.config.schema import Config
 from azserve.errors import AzserveError, ConfigError
@@ -248,7 +253,7 @@ def run_ladder(
     sims = eval_sims if sims is None else sims
     zero = fixed_player(anchors, entrants)
     store = Store(out / "games.jsonl")
-    tally = _Tally(games, progress)
+    tally = _Tally(games, progress, game.sides)
     deadline = time.monotonic() + minutes * 60 if minutes > 0 else math.inf
     schedule = _Schedule(store, entrants, by_name, zero, seed, deadline, tally)
     try:
@@ -262,20 +267,14 @@ def run_ladder(
                 flush=True,
             )
         if jobs > 1:
-            from azserve.arena.pool import GamePool
-
             setup = JobSetup(spec, sims, sample_moves, str(out), entrants, by_path)
-            pool = GamePool(jobs, LadderJob, setup)
-            try:
-                _play_in_jobs(pool, schedule)
-            finally:
-                pool.close()
+            _play_in_jobs(jobs, setup, schedule, game.record_suffix)
         else:
-            roster = Roster(game, sims, sample_moves, out, by_path)
+            lineup = Lineup(game, out, sims, sample_moves, by_path)
             try:
-                _play_here(roster, schedule)
+                _play_here(lineup, schedule)
             finally:
-                roster.close()
+                lineup.close()
     finally:
         store.close()
     ratings = fit_ladder(store.games, by_name, zero)
@@ -287,15 +286,17 @@ def run_ladder(
 class _Tally:
     """Games stored and failed in this invocation, and their progress lines."""
 
-    def __init__(self, games: int, progress: IO[str] | None) -> None:
-        self.games, self.progress = games, progress
+    def __init__(self, games: int, progress: IO[str] | None, sides: tuple[str, str]) -> None:
+        self.games, self.progress, self.sides = games, progress, sides
         self.played = self.failures = 0
 
     def stored(self, g: dict[str, Any]) -> None:
         self.played += 1
         if self.progress:
+            first, second = self.sides
             print(
-                f"ladder game {self.played}/{self.games}: {g['black']} (B) v {g['white']} (W): "
+                f"ladder game {self.played}/{self.games}: {g['black']} ({first}) v "
+                f"{g['white']} ({second}): "
                 f"{g['result']} ({g['reason']}, {len(g['moves'])} moves, {g['seconds']:.0f} s)",
                 file=self.progress,
                 flush=True,
@@ -333,7 +334,7 @@ class _Schedule:
         return next_pair(self.entrants, ratings, self.store.counts, busy)
 
 
-def _play_here(roster: Roster, schedule: _Schedule) -> None:
+def _play_here(lineup: Lineup, schedule: _Schedule) -> None:
     """One game at a time, in this process."""
     tally = schedule.tally
     while tally.played < tally.games:
@@ -341,34 +342,35 @@ def _play_here(roster: Roster, schedule: _Schedule) -> None:
         if pair is None:
             return
         try:
-            g = play_pair(roster, schedule.store, schedule.by_name, pair, schedule.seed)
+            g = play_pair(lineup, schedule.store, schedule.by_name, pair, schedule.seed)
         except PlayerError as e:
             for n in pair:
-                roster.drop(schedule.by_name[n])
+                lineup.drop(n)
             tally.failed(str(e))
             continue
         tally.stored(g)
 
 
-def _play_in_jobs(pool: Any, schedule: _Schedule) -> None:
-    """Keep every worker of ``pool`` (``azserve.arena.pool.GamePool`` of ``LadderJob``) busy
-    with the pair that informs the fit most among those not being played, storing each game as
+def _play_in_jobs(jobs: int, setup: JobSetup, schedule: _Schedule, suffix: str) -> None:
+    """Keep ``jobs`` worker processes (``LadderJob``) busy with the pair that informs the fit
+    most among those not being played, storing each game (its record text ``*{suffix}``) as
     it ends; the games in flight at the deadline are finished and stored."""
     store, tally = schedule.store, schedule.tally
-    while True:
-        while pool.idle() and tally.played + len(pool.busy) < tally.games:
-            pair = schedule.next_pair(pool.busy)
-            if pair is None:
-                break
-            task = {"pair": list(pair), "k": store.next_k(pair), "seed": schedule.seed}
-            pool.submit(pair, task)
-        if not pool.busy:
-            return
-        for _pair, answer in pool.finished(timeout=1.0):
+
+    def next_task(busy: set[Any]) -> Task | None:
+        if tally.played + len(busy) >= tally.games:
+            return None
+        pair = schedule.next_pair(busy)
+        if pair is None:
+            return None
+        return pair, {"pair": list(pair), "k": store.next_k(pair), "seed": schedule.seed}
+
+    with closing(play_in_pool(jobs, LadderJob, setup, next_task)) as ended:
+        for _pair, answer in ended:
             if "error" in answer:
                 tally.failed(answer["error"])
             else:
-                store_record(store, answer["record"], answer["sgf"])
+                store_record(store, answer["record"], answer["text"], suffix)
                 tally.stored(answer["record"])
 
 

@@ -8,6 +8,7 @@ import os
 import select
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,7 +33,7 @@ class Verdict(NamedTuple):
     """A player's own scoring of a finished game."""
 
     winner: int | None
-    """0 black / first player, 1 white / second, None for a draw (jigo)."""
+    """0 the first player (Go's black), 1 the second, None for a draw (jigo)."""
     text: str
     """As the player said it: ``B+3.5``, ``W+0.5``, ``0``."""
 
@@ -52,6 +53,12 @@ class Player:
         """The player's move for ``color`` at ``state`` (RESIGN to resign)."""
         raise NotImplementedError
 
+    async def genmove_async(self, color: int, state: State) -> int:
+        """``genmove`` on an event loop (``referee.play_game_async``): the same move; a
+        checkpoint's search waits there without blocking, so that games played at once share
+        batches."""
+        return self.genmove(color, state)
+
     def final_score(self) -> Verdict | None:
         """The player's own scoring of the game just finished, or None when it has none."""
         return None
@@ -63,7 +70,7 @@ class Player:
 class RandomPlayer(Player):
     """Uniform random legal moves, seeded: the ladder's fixed 0 Elo."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int | Sequence[int]) -> None:
         self.name = "random"
         self.rng = np.random.default_rng(seed)
         self.game: Game | None = None
@@ -92,6 +99,8 @@ class AgentPlayer(Player):
         self.name = name
         self._mine = 0
         self._own: State | None = None
+        self.last: Any = None
+        """The analysis behind the last move (``azserve.arena.agent.Analysis``)."""
 
     def new_game(self, game: Game) -> None:
         self._mine = 0
@@ -108,6 +117,16 @@ class AgentPlayer(Player):
 
     def genmove(self, color: int, state: State) -> int:
         a = self.agent.analyze_sync([state if self._own is None else self._own], self.sims)[0]
+        return self._choose(color, a)
+
+    async def genmove_async(self, color: int, state: State) -> int:
+        a = (await self.agent.analyze([state if self._own is None else self._own], self.sims))[0]
+        return self._choose(color, a)
+
+    def _choose(self, color: int, a: Any) -> int:
+        """The move of analysis ``a``: drawn by the visits among the first ``sample_moves``,
+        then the search's own."""
+        self.last = a
         self._mine += 1
         if self._mine > self.sample_moves:
             move = int(a.move)

@@ -7,8 +7,10 @@ import shlex
 import subprocess
 import time
 from pathlib import Path
+from typing import cast
 
 from actors.games import Game, State
+from actors.games.go import Go
 from azserve.arena.players.base import (
     RESIGN,
     Player,
@@ -81,11 +83,11 @@ class GtpPlayer(Player):
         return reply.decode(errors="replace").strip()
 
     def new_game(self, game: Game) -> None:
-        size = getattr(game, "size", None)
-        if size is None:
+        if "gtp" not in game.protocols:
             raise ConfigError(f"--opponent: a GTP engine plays Go, not {game.name}")
-        self.game = game
-        for command in (f"boardsize {size}", "clear_board", f"komi {game.komi:g}"):  # type: ignore[attr-defined]
+        go = cast(Go, game)
+        self.game = go
+        for command in (f"boardsize {go.size}", "clear_board", f"komi {go.komi:g}"):
             try:
                 self.send(command)
             except Refused as e:

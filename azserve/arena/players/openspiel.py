@@ -27,6 +27,7 @@ class OpenSpielMctsPlayer(Player):
         self.name = f"openspiel-mcts:{sims}"
         self.bot: Any = None
         self.state: Any = None
+        self.game: Game | None = None
 
     def new_game(self, game: Game) -> None:
         import pyspiel
@@ -34,6 +35,7 @@ class OpenSpielMctsPlayer(Player):
 
         if game.openspiel is None:
             raise ConfigError(f"--opponent openspiel-mcts: OpenSpiel has no {game.name}")
+        self.game = game
         spiel = pyspiel.load_game(game.openspiel)
         self.seed += 1
         # The ladder's game seeds are 63-bit; the bot's legacy generator takes 32.
@@ -55,8 +57,8 @@ class OpenSpielMctsPlayer(Player):
         return action
 
     def final_score(self) -> Verdict | None:
-        if self.state is None or not self.state.is_terminal():
+        if self.game is None or self.state is None or not self.state.is_terminal():
             return None
         first = self.state.returns()[0]
         winner = None if first == 0 else (0 if first > 0 else 1)
-        return Verdict(winner, "0" if winner is None else f"{'BW'[winner]}+")
+        return Verdict(winner, self.game.result_text(winner))

@@ -1,6 +1,6 @@
 """Chess players for matches and ladders: any UCI engine (Stockfish at its weakest settings is
 the ladder's chess anchor) and a one-ply material-greedy mover (below Stockfish's weakest, above
-random); and PGN for the games.
+random).
 
 A UCI player spec (``--opponent``, the ladder's ``--anchor``): ``uci:CMD[;NAME=VALUE...]``.
 ``CMD`` is the engine's command line (looked for on PATH, then in /usr/games, where Debian puts
@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import time
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -31,9 +32,9 @@ VALUES = {1: 1, 2: 3, 3: 3, 4: 5, 5: 9, 0: 0}  # piece code % 6 (1 P .. 5 Q, 0 K
 
 
 def _chess(game: Game, who: str) -> Chess:
-    if not isinstance(game, Chess):
+    if "uci" not in game.protocols:
         raise ConfigError(f"--opponent: {who} plays chess, not {game.name}")
-    return game
+    return cast(Chess, game)
 
 
 class UciPlayer(Player):
