@@ -31,6 +31,7 @@ from actors.search import (
     GumbelResult,
     MCTSConfig,
     PuctMoves,
+    SearchReport,
     SearchResult,
     considered_visits,
     dirichlet,
@@ -39,7 +40,7 @@ from actors.search import (
 
 log = logging.getLogger("actors.compiled_mcts")
 
-_ABI = 6
+_ABI = 7
 """The interface of actors/core/ this module drives (its ``ABI``); a build of an older
 source (the C file changed, ``pip install -e .`` not run again) is not used."""
 
@@ -226,6 +227,18 @@ class CompiledSearch:
 
     def advance(self, action: int) -> None:
         self._tree.advance(action, self.config.reuse_tree)
+
+    def report(self, max_pv: int = 32) -> SearchReport:
+        """The root's visits, values, priors and principal variations, read from the C tree
+        (``root_edges``, ``pv``: actors/core/report.c) as ``actors.nodes.report`` reads a
+        Python tree."""
+        tree, a = self._tree, self.game.num_actions
+        actions, visits = np.empty(a, np.int64), np.empty(a, np.int64)
+        values, priors = np.empty(a, np.float64), np.empty(a, np.float32)
+        k, root_visits, root_value = tree.root_edges(actions, visits, values, priors)
+        pvs = tuple(tuple(np.frombuffer(tree.pv(i, max_pv), np.uint16).tolist()) for i in range(k))
+        return SearchReport(actions[:k], visits[:k], values[:k], priors[:k], pvs, root_visits,
+                            root_value, int(tree.nodes))  # fmt: skip
 
     @property
     def tree_nodes(self) -> int:

@@ -23,12 +23,13 @@ from math import exp, log
 import numpy as np
 
 from actors.games.base import Game, State
-from actors.nodes import Node, backup, count_nodes, expand, subtree
+from actors.nodes import Node, backup, count_nodes, expand, report, subtree
 from actors.search import (
     Evaluate,
     GumbelMoves,
     GumbelResult,
     MCTSConfig,
+    SearchReport,
     considered_visits,
     require_live,
 )
@@ -238,6 +239,10 @@ class GumbelSearch(GumbelMoves):
     def advance(self, action: int) -> None:
         """Play ``action`` at the root: its subtree becomes the root (or the tree is dropped)."""
         self._root = subtree(self._root, action, self.config.reuse_tree)  # type: ignore[assignment]
+
+    def report(self, max_pv: int = 32) -> SearchReport:
+        """The root's visits, values, priors and principal variations (``actors.search``)."""
+        return report(self._root, max_pv)
 
     @property
     def tree_nodes(self) -> int:

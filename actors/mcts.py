@@ -18,11 +18,12 @@ from math import inf, sqrt
 import numpy as np
 
 from actors.games.base import Game, State
-from actors.nodes import Node, backup, count_nodes, expand, subtree, undo
+from actors.nodes import Node, backup, count_nodes, expand, report, subtree, undo
 from actors.search import (
     Evaluate,
     MCTSConfig,
     PuctMoves,
+    SearchReport,
     SearchResult,
     dirichlet,
     require_live,
@@ -88,18 +89,9 @@ class MCTS(PuctMoves):
         """Play ``action`` at the root: its subtree becomes the root (or the tree is dropped)."""
         self._root = subtree(self._root, action, self.config.reuse_tree)
 
-    def principal_variation(self, limit: int = 32) -> list[int]:
-        """The line of most-visited moves from the root (at most ``limit``), as deep as the
-        tree has visits: what a UCI engine's ``info ... pv`` shows."""
-        line: list[int] = []
-        node = self._root
-        while node is not None and node.actions and len(line) < limit:
-            i = max(range(len(node.n)), key=node.n.__getitem__)
-            if node.n[i] == 0:
-                break
-            line.append(node.actions[i])
-            node = node.children[i]
-        return line
+    def report(self, max_pv: int = 32) -> SearchReport:
+        """The root's visits, values, priors and principal variations (``actors.search``)."""
+        return report(self._root, max_pv)
 
     @property
     def tree_nodes(self) -> int:

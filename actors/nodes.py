@@ -5,6 +5,9 @@ subtree reuse. The compiled core has the same layout in C (actors/core/tree.c).
 
 Sign convention: ``w[i]`` sums values from the perspective of the side to move at the node
 that owns the edge; a node's ``value_sum`` from the perspective of its own side to move.
+
+``report`` reads a tree for the engines as the compiled core's ``root_edges`` and ``pv`` do
+(actors/core/report.c), step for step.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from math import exp
 import numpy as np
 
 from actors.games.base import Game, State
+from actors.search import SearchReport
 
 
 class Node:
@@ -113,4 +117,56 @@ def count_nodes(root: Node | None) -> int:
     return n
 
 
-__all__ = ["Node", "backup", "count_nodes", "expand", "masked_softmax", "subtree", "undo"]
+def most_visited(node: Node) -> int:
+    """The index of ``node``'s most visited child (ties: the higher prior, then the first),
+    or -1 when none has a visit."""
+    best = -1
+    for j, nj in enumerate(node.n):
+        if nj and (
+            best < 0 or nj > node.n[best] or (nj == node.n[best] and node.p[j] > node.p[best])
+        ):
+            best = j
+    return best
+
+
+def line_from(node: Node, i: int, limit: int) -> tuple[int, ...]:
+    """Child ``i`` of ``node``'s action, then the most visited child at each node below it
+    (at most ``limit`` moves)."""
+    line: list[int] = []
+    current: Node | None = node
+    while current is not None and current.actions and i >= 0 and len(line) < limit:
+        line.append(current.actions[i])
+        current = current.children[i]
+        i = most_visited(current) if current is not None and current.actions else -1
+    return tuple(line)
+
+
+def report(root: Node | None, max_pv: int) -> SearchReport:
+    """The ``SearchReport`` of the tree below ``root`` (expanded: a search has run)."""
+    if root is None or root.actions is None:
+        raise RuntimeError("no expanded root: report() needs a search first")
+    visits = root.visits
+    return SearchReport(
+        actions=np.array(root.actions, dtype=np.int64),
+        visits=np.array(root.n, dtype=np.int64),
+        values=np.array([w / n if n else 0.0 for w, n in zip(root.w, root.n)], dtype=np.float64),
+        priors=np.array(root.clean_p if root.clean_p is not None else root.p, dtype=np.float32),
+        pvs=tuple(line_from(root, i, max_pv) for i in range(len(root.actions))),
+        root_visits=visits,
+        root_value=root.value_sum / visits,
+        nodes=count_nodes(root),
+    )
+
+
+__all__ = [
+    "Node",
+    "backup",
+    "count_nodes",
+    "expand",
+    "line_from",
+    "masked_softmax",
+    "most_visited",
+    "report",
+    "subtree",
+    "undo",
+]

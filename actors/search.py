@@ -11,6 +11,8 @@ A search belongs to one game and keeps its tree from move to move (``Search``):
   the move to play (PUCT: from the root's visits; Gumbel: the improved policy and the
   survivors of sequential halving);
 - ``search.advance(action)``: the played move's subtree becomes the root;
+- ``search.report()`` -> ``SearchReport``: the root's visits, values, priors and principal
+  variations and the tree's size, what the engines (GTP, UCI) show between searches;
 - ``search.encode_root(state)``, ``search.tree_nodes``, and the resignation rule
   (``sample_resign_allowed``, ``should_resign``).
 
@@ -41,6 +43,16 @@ Evaluate = Callable[..., Awaitable[tuple[np.ndarray, float]]]
 """obs uint8 [C, H, W] -> (policy logits float32 [A], value for the side to move at obs); a
 search whose ``leaf_legal`` is set calls ``evaluate(obs, legal)`` with the leaf's legal
 actions int [k] (the logits must then be right at those actions at least)."""
+
+
+PLAY_ALGORITHM: Literal["puct", "gumbel"] = "puct"
+"""The search that plays judged games, whatever self-play used: match, ladder and evaluation
+(``azserve.arena.agent.Agent.analyze``) and, by default, the engines (``azserve.engines.search.engine_mcts``).
+PUCT's move is its most visited root move, so a search can be read, cut short by a clock and
+resumed; and with one game searched at a time it keeps several leaves in flight per round
+(``leaves_in_flight``), where Gumbel's sequential halving evaluates one: the same net searches
+about 8x the nodes per second. Every strength figure of match and the ladder was measured with
+it (Gumbel stays what self-play trains with, where many games fill the batches)."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +195,40 @@ class GumbelResult(SearchResult):
     """float64 [A]: the root's Gumbel noise (0 without noise)."""
 
 
+@dataclass(frozen=True)
+class SearchReport:
+    """A search tree's root as it stands between searches: what an engine shows (GTP's
+    analysis lines, UCI's ``info``). Aligned arrays over the root's ``k`` legal actions."""
+
+    actions: np.ndarray
+    """int64 [k]: the root's legal actions, increasing."""
+    visits: np.ndarray
+    """int64 [k]: each action's visits (every search kept on this root, not only the last)."""
+    values: np.ndarray
+    """float64 [k]: each action's mean value Q for the root's side to move, in [-1, 1]
+    (0 where unvisited)."""
+    priors: np.ndarray
+    """float32 [k]: the network's prior of each action, before any root noise."""
+    pvs: tuple[tuple[int, ...], ...]
+    """k lines: each action, then the most visited child at each node below it (ties to the
+    higher prior); just the action when it is unvisited."""
+    root_visits: int
+    """The root's visits: its own evaluation and every simulation through it."""
+    root_value: float
+    """The root's mean value for its side to move, over its evaluation and simulations."""
+    nodes: int
+    """Nodes the tree holds."""
+
+    @property
+    def pv(self) -> tuple[int, ...]:
+        """The principal variation: the line of the most visited action (ties to the higher
+        prior); empty before any simulation."""
+        if not self.visits.size or self.visits.max() == 0:
+            return ()
+        top = np.flatnonzero(self.visits == self.visits.max())
+        return self.pvs[int(top[np.argmax(self.priors[top])])]
+
+
 def sample_tempered(weights: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
     """An index drawn with probability ~ weights ** (1 / temperature) (weights >= 0, not all 0).
 
@@ -267,6 +313,8 @@ class Search(Protocol):
     def advance(self, action: int) -> None: ...
 
     def encode_root(self, state: State) -> np.ndarray: ...
+
+    def report(self, max_pv: int = 32) -> SearchReport: ...
 
     def sample_resign_allowed(self) -> bool: ...
 
@@ -370,12 +418,14 @@ class GumbelMoves(_Rules):
 
 
 __all__ = [
+    "PLAY_ALGORITHM",
     "Evaluate",
     "GumbelMoves",
     "GumbelResult",
     "MCTSConfig",
     "PuctMoves",
     "Search",
+    "SearchReport",
     "SearchResult",
     "considered_visits",
     "dirichlet",

@@ -32,7 +32,7 @@ def checkpoint(directory: Path, game: str, step: int, version: int) -> Path:
     """A learner checkpoint of a small net of ``game``, carrying its config."""
     cfg = load_config(
         REPO / "configs" / f"{game}.toml",
-        ["net.blocks=1", "net.channels=8", "backend.compile=none"],
+        ["net.blocks=1", "net.channels=8", "backend.torch.compile=none"],
     )
     trainer = Trainer(replace(cfg.net, seed=3), replace(cfg.trainer, device="cpu"))
     return save_checkpoint(directory, step, version, trainer.state_dict(), to_dict(cfg))

@@ -32,7 +32,12 @@ def go_checkpoint(directory: Path, config: str = "go9") -> Path:
     block, is beyond the one block)."""
     cfg = load_config(
         REPO / "configs" / f"{config}.toml",
-        ["net.blocks=1", "net.channels=8", "net.global_pool_channels=4", "backend.compile=none"],
+        [
+            "net.blocks=1",
+            "net.channels=8",
+            "net.global_pool_channels=4",
+            "backend.torch.compile=none",
+        ],
     )
     trainer = Trainer(replace(cfg.net, seed=3), replace(cfg.trainer, device="cpu"))
     return save_checkpoint(directory / "checkpoints", 40, 5, trainer.state_dict(), to_dict(cfg))
@@ -228,3 +233,37 @@ def test_a_failed_analysis_stream_ends_and_the_session_goes_on() -> None:
 
     assert asyncio.run(session()) == "= azserve\n\n"
     assert out == ["=7\n", "\n"]
+
+
+@pytest.mark.parametrize("algorithm", ["puct", "gumbel"])
+def test_genmove_searches_with_the_configured_algorithm(algorithm: str) -> None:
+    """The engine's search is ``make_search``'s for the checkpoint's ``mcts`` (compiled where
+    the core plays Go), and what GTP shows is read from its ``report()``."""
+    from actors.compiled_mcts import CompiledGumbel, CompiledMCTS, compiled_available
+    from actors.games.go.rules import Go
+    from actors.search import PLAY_ALGORITHM, MCTSConfig
+    from azserve.engines.gtp.engine import AgentMoves
+    from azserve.engines.search import EngineSearch, engine_mcts
+
+    game = Go(9, 7.5)
+
+    async def evaluate(obs: object) -> tuple[object, float]:
+        import numpy as np
+
+        return np.zeros(game.num_actions, np.float32), 0.0
+
+    checkpoints = MCTSConfig(algorithm="gumbel", temperature=0.0, temperature_moves=0)  # type: ignore[arg-type]
+    # By default an engine plays match's and the ladder's search, whatever self-play used.
+    assert engine_mcts(checkpoints).algorithm == PLAY_ALGORITHM == "puct"
+    cfg = engine_mcts(checkpoints, algorithm=algorithm)
+    lines: list[str] = []
+    moves = AgentMoves(EngineSearch(evaluate, cfg), lines.append)
+    engine = Engine(moves, game=game, sims=24)
+    reply = engine.reply("genmove b")
+    assert reply is not None and reply.startswith("= ")
+    search = moves.engine.search_for(engine.board.game)
+    if compiled_available(game):
+        assert type(search) is {"puct": CompiledMCTS, "gumbel": CompiledGumbel}[algorithm]
+    assert search.config.algorithm == algorithm
+    assert lines and "24 simulations" in lines[-1] and " n/s" in lines[-1]
+    assert "visits" in engine.notes[0]

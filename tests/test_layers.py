@@ -41,8 +41,7 @@ TORCH_ALLOWED = (
     "azserve.arena.agent",
     "azserve.engines.analyze",
     "azserve.engines.terminal",
-    "azserve.cli.gtp",  # one torch thread for its in-process agent, as play
-    "azserve.engines.uci",  # the same, for chess
+    "azserve.engines.loading",  # one torch thread for the engines' agent (gtp, uci), as play
     "azserve.arena.match",  # the same
     "azserve.arena.ladder.schedule",  # the same
     "azserve.arena.pool",  # one torch thread per worker process of match and ladder

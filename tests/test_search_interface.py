@@ -63,3 +63,32 @@ def test_auto_takes_python_where_the_core_does_not_know_the_game() -> None:
     assert type(make_search(Other(), MCTSConfig(algorithm="gumbel"), rng)) is GumbelSearch
     with pytest.raises(ValueError, match="mcts.core=compiled"):
         make_search(Other(), MCTSConfig(core="compiled"), rng)
+
+
+@pytest.mark.parametrize("algorithm", ["puct", "gumbel"])
+def test_report_is_the_same_from_the_python_and_the_compiled_tree(algorithm: str) -> None:
+    """``Search.report()``: the root's visits, values, priors and lines, read from either tree,
+    agree (the compiled tree's through actors/core/report.c)."""
+    if not compiled_available(C4):
+        pytest.skip("actors._mcts_core was not built")
+
+    async def evaluate(obs: np.ndarray) -> tuple[np.ndarray, float]:
+        r = np.random.default_rng(int(obs.sum()) + 7 * int(obs[0].sum()))
+        return r.normal(size=C4.num_actions).astype(np.float32), float(r.uniform(-1, 1))
+
+    reports = []
+    for core in ("python", "compiled"):
+        cfg = MCTSConfig(algorithm=algorithm, core=core, num_simulations=48, leaves_in_flight=1)  # type: ignore[arg-type]
+        search = make_search(C4, cfg, np.random.default_rng(0))
+        asyncio.run(search.search(C4.initial_state(), evaluate, add_noise=True))
+        reports.append(search.report(max_pv=12))
+    py, cc = reports
+    assert py.actions.tolist() == cc.actions.tolist() == C4.legal_actions(C4.initial_state())
+    assert py.visits.tolist() == cc.visits.tolist() and int(py.visits.sum()) == 48
+    assert py.root_visits == cc.root_visits == 49
+    assert np.array_equal(py.values, cc.values) and np.array_equal(py.priors, cc.priors)
+    assert py.pvs == cc.pvs and py.pv == cc.pv and len(py.pv) > 1
+    assert all(line[0] == a for line, a in zip(py.pvs, py.actions.tolist()))
+    assert all(len(line) <= 12 for line in py.pvs)
+    assert py.nodes == cc.nodes == search.tree_nodes
+    assert py.root_value == cc.root_value

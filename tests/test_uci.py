@@ -15,7 +15,7 @@ import pytest
 
 from actors.games.chess.rules import Chess
 from azserve.config.schema import load_config, to_dict
-from azserve.engines.uci import Limits, UciError, centipawns, parse_go
+from azserve.engines.uci import OPTIONS, Limits, UciError, centipawns, depth_nodes, parse_go
 from learner.checkpoint import save_checkpoint
 from learner.trainer import Trainer
 from tests.test_cli import azserve_cmd
@@ -32,7 +32,7 @@ def chess_checkpoint(directory: Path, plies: int = 256) -> Path:
         [
             "net.blocks=1",
             "net.channels=8",
-            "backend.compile=none",
+            "backend.torch.compile=none",
             f"game=chess(max_plies={plies},history=1)",
         ],
     )
@@ -191,3 +191,68 @@ def test_go_limits() -> None:
         with pytest.raises(UciError):
             parse_go(bad, True)
     assert centipawns(0.0) == 0 and centipawns(0.5) == 111 and centipawns(-1.0) < -10000
+
+
+def test_depth_and_mate_become_node_budgets() -> None:
+    assert depth_nodes(1) == 16 and depth_nodes(5) == 256 and depth_nodes(40) == 2**17
+    depth = parse_go(["depth", "5"], True)
+    assert depth.nodes == 256 and "go depth 5: searching 256 nodes" in depth.note
+    mate = parse_go(["mate", "2"], True)  # 3 plies
+    assert mate.nodes == depth_nodes(3) and "proves no mate" in mate.note
+    assert parse_go(["depth", "5", "nodes", "100"], True).nodes == 100  # the smaller budget
+    assert OPTIONS[0].parse("12") == 12
+    with pytest.raises(UciError, match="not in 1..256"):
+        next(o for o in OPTIONS if o.name == "Batch").parse("0")
+    with pytest.raises(UciError, match="expected one of"):
+        next(o for o in OPTIONS if o.name == "Algorithm").parse("alphabeta")
+
+
+def test_python_chess_drives_the_engine_with_its_default_timeout(tmp_path: Path) -> None:
+    """python-chess's ``popen_uci`` (10 s for ``uciok``): the handshake comes before the net is
+    loaded; the options are announced and taken; depth and mate are node budgets."""
+    pytest.importorskip("chess")
+    import chess.engine
+
+    checkpoint = chess_checkpoint(tmp_path / "run")
+    cmd = [*azserve_cmd(), "uci", "--checkpoint", str(checkpoint), "--sims", "4"]
+    engine = chess.engine.SimpleEngine.popen_uci(cmd)
+    try:
+        assert engine.id["name"].startswith("azserve")
+        assert {"Nodes", "Batch", "Algorithm", "MoveOverhead"} <= set(engine.options)
+        engine.configure({"Batch": 4, "Algorithm": "puct"})
+        board = chess.Board()
+        board.push_uci("e2e4")
+        info = engine.analyse(board, chess.engine.Limit(nodes=24))
+        assert info["nodes"] == 24 and info["nps"] > 0 and info["pv"][0] in board.legal_moves
+        played = engine.play(board, chess.engine.Limit(depth=2))
+        assert played.move in board.legal_moves
+        played = engine.play(board, chess.engine.Limit(mate=1))
+        assert played.move in board.legal_moves
+    finally:
+        engine.quit()
+
+
+def test_setoption_and_unknown_options_over_the_pipe(tmp_path: Path) -> None:
+    engine = Uci(chess_checkpoint(tmp_path / "run"))
+    try:
+        engine.send("uci")
+        hello = engine.until("uciok", timeout=10)  # before the net: no wait for compiling
+        assert "option name Batch type spin default 8 min 1 max 256" in hello
+        engine.send("setoption name Hash value 64")
+        assert "unknown option 'Hash'" in engine.until("info string")[-1]
+        engine.send("setoption name Batch value 999")
+        assert "not in 1..256" in engine.until("info string error")[-1]
+        engine.send("setoption name Nodes value 6")
+        engine.send("go")  # no limits: the Nodes option
+        out = engine.until("bestmove")
+        assert " nodes 6 " in [line for line in out if line.startswith("info depth")][-1]
+        engine.send("go depth 1")
+        out = engine.until("bestmove")
+        assert (
+            out[0] == "info string go depth 1: searching 16 nodes (a tree search has no "
+            "depth limit; 2**(plies+3) nodes)"
+        )
+        assert " nodes 16 " in out[-2]
+        assert engine.close() == 0
+    finally:
+        engine.shutdown()

@@ -7,6 +7,7 @@
  *   select.h, select.c              the table of selection rules
  *   puct.c, gumbel.c                its entries; rounds.h, the steps they share
  *   tree_type.c                     Tree: built by keyword from the search config
+ *   report.h, report.c              what a searched tree reports: root edges, variations
  *   cache.h, cache.c                the LRU evaluation cache
  *   stepper.c                       step_many and Cache.step: many trees at once
  *   abi.h                           the interface version

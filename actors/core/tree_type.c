@@ -1,6 +1,7 @@
 /* The Python Tree type: a search tree for one game (a Rules), built by keyword from the
  * search config, and the calls actors/compiled_mcts.py makes between awaited leaves. */
 #include "glue.h"
+#include "report.h"
 #include "select.h"
 
 #include <limits.h>
@@ -381,6 +382,10 @@ static PyMethodDef Tree_methods[] = {
     {"root_result", (PyCFunction)Tree_root_result, METH_VARARGS,
      "root_result(visits, prior) -> root value."},
     {"advance", (PyCFunction)Tree_advance, METH_VARARGS, "advance(action, reuse)."},
+    {"root_edges", (PyCFunction)root_edges, METH_VARARGS,
+     "root_edges(actions, visits, values, priors) -> (k, root visits, root value)."},
+    {"pv", (PyCFunction)principal_variation, METH_VARARGS,
+     "pv(edge, limit) -> uint16 bytes: the most visited line through root edge (-1: best)."},
     {"gumbel_start", (PyCFunction)gumbel_start, METH_VARARGS,
      "gumbel_start(noise or None, schedule): a Gumbel search from the expanded root."},
     {"gumbel_result", (PyCFunction)gumbel_result, METH_VARARGS,

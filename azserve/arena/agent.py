@@ -26,15 +26,15 @@ import numpy as np
 import torch
 
 from actors.games import Game, State, make_game
-from actors.search import MCTSConfig
+from actors.search import PLAY_ALGORITHM, MCTSConfig
 from actors.searches import make_search
 from azserve.backends import make_backend
-from azserve.backends.base import Backend, BackendConfig
+from azserve.backends.base import Backend, BackendConfig, TorchConfig
 from azserve.batching import TickCoalescer
 from azserve.config.load import apply_overrides, from_dict
 from azserve.config.presets import resolve_config
 from azserve.config.schema import Config, load_config
-from azserve.errors import AzserveError, ConfigError, WeightsError
+from azserve.errors import ConfigError, WeightsError
 from azserve.model.network import build_net
 from azserve.model.spec import NetConfig
 from azserve.model.weights import load_weights_file, state_dict_to_bytes
@@ -42,7 +42,9 @@ from learner.checkpoint import load_checkpoint
 
 T = TypeVar("T")
 
-EAGER = BackendConfig(kind="torch", device="cpu", compile="none", dtype="float32", threads=0)
+EAGER = BackendConfig(
+    kind="torch", device="cpu", dtype="float32", threads=0, torch=TorchConfig(compile="none")
+)
 """The backend of an Agent built without one (tests, tiny nets): eager fp32 on the CPU with
 torch's own thread count."""
 
@@ -220,8 +222,7 @@ class Agent:
         policy, values = await self.policy_value_async(states)
         if sims <= 0:
             return [Analysis(p, float(v), int(np.argmax(p)), None) for p, v in zip(policy, values)]
-        # PUCT whatever self-play used: analysis reads the root's visit counts.
-        cfg = replace(self.mcts_cfg, num_simulations=sims, algorithm="puct")
+        cfg = replace(self.mcts_cfg, num_simulations=sims, algorithm=PLAY_ALGORITHM)
 
         async def one(i: int, s: State) -> np.ndarray:
             mcts = make_search(self.game, cfg, np.random.default_rng([self.seed, i]))
@@ -279,20 +280,6 @@ def analysis_mcts(cfg: Config) -> MCTSConfig:
         if getattr(cfg.eval, key) is not None
     }
     return replace(cfg.mcts, **changes)
-
-
-def newest_checkpoint_in(arg: str) -> str:
-    """``arg`` itself when it is not a directory; else the newest checkpoint of a run
-    directory (``RUN/checkpoints/``) or of a checkpoint directory."""
-    p = Path(arg)
-    if not p.is_dir():
-        return arg
-    from learner.checkpoint import latest_checkpoint
-
-    found = latest_checkpoint(p / "checkpoints") or latest_checkpoint(p)
-    if found is None:
-        raise AzserveError(f"no checkpoint (ckpt-*.safetensors) in {p} or {p / 'checkpoints'}")
-    return str(found)
 
 
 def identity(path: str, game: str) -> str:

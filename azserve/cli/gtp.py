@@ -40,28 +40,49 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The ``azserve gtp`` main: the checkpoint's agent behind the engine, GTP on stdin/stdout."""
-    import torch
-
-    from actors.games.go import Go
-    from azserve.arena.agent import agent_from_checkpoint, identity
+    """The ``azserve gtp`` main: the checkpoint loads in the background (the handshake is
+    answered at once), its search behind the engine, GTP on stdin/stdout."""
+    from azserve.arena.agent import identity
     from azserve.engines.gtp.engine import AgentMoves, Engine
-    from azserve.engines.gtp.serve import serve
+    from azserve.engines.gtp.serve import Starting, serve
+    from azserve.engines.loading import Loading
+    from azserve.engines.search import EngineSearch, engine_mcts
     from azserve.errors import ConfigError
 
-    # One position at a time: a second thread only adds overhead, and with another engine
-    # (or a second match) on the cores, torch's spinning threads slowed a Go game 40-fold
-    # (205 s against 5 s, measured).
-    torch.set_num_threads(1)
-    cfg, agent = agent_from_checkpoint(args.checkpoint, args.config, args.overrides, None)
-    if not isinstance(agent.game, Go):
-        raise ConfigError(f"--checkpoint: azserve gtp plays Go; this checkpoint plays {cfg.game}")
-    sims = cfg.eval.sims if args.sims is None else args.sims
-    engine = Engine(
-        AgentMoves(agent), version=identity(args.checkpoint, cfg.game), game=agent.game,
-        sims=sims, resign=args.resign, playouts=args.playouts,
-    )  # fmt: skip
-    print(f"azserve gtp: {cfg.game} ({engine.version}), {sims} simulations per move; GTP on "
-          "stdin/stdout", file=sys.stderr, flush=True)  # fmt: skip
-    serve(engine, sys.stdin.fileno(), sys.stdout)
+    def check(cfg: Any, agent: Any) -> None:
+        if "gtp" not in agent.game.protocols:
+            raise ConfigError(
+                f"--checkpoint: azserve gtp plays Go; this checkpoint plays {cfg.game}"
+            )
+
+    # the checkpoint: read and compiled on a thread while the handshake is answered
+    loading = Loading(args.checkpoint, args.config, args.overrides, check)
+
+    def build() -> Engine:
+        cfg, agent = loading.get()
+        sims = cfg.eval.sims if args.sims is None else args.sims
+        search = EngineSearch(agent.evaluator, engine_mcts(agent.mcts_cfg))
+        engine = Engine(
+            AgentMoves(search, log), version=identity(args.checkpoint, cfg.game),
+            game=agent.game, sims=sims, resign=args.resign, playouts=args.playouts,
+        )  # fmt: skip
+        log(f"{cfg.game} ({engine.version}), {search.mcts.algorithm} search (match's; self-play's: "
+            f"{cfg.mcts.algorithm}), {sims} simulations "
+            "per move; GTP on stdin/stdout")  # fmt: skip
+        return engine
+
+    try:
+        stdin = sys.stdin.fileno()
+    except (OSError, ValueError):  # no file behind stdin (run in-process): say a failed load
+        loading.get()
+        raise
+    # stdin -> the engine (built once loaded) -> stdout
+    front = Starting(build)
+    serve(front, stdin, sys.stdout)
+    if not front.done:
+        loading.get()  # the input ended: a failed load still says why (exit status 2)
     return 0
+
+
+def log(text: str) -> None:
+    print(f"azserve gtp: {text}", file=sys.stderr, flush=True)

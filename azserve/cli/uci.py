@@ -13,8 +13,10 @@ def register(sub: Any) -> None:
         "uci",
         help="a chess checkpoint as a UCI engine on stdin/stdout (cutechess-cli, chess GUIs)",
         description="Speak the Universal Chess Interface on stdin/stdout: uci, isready, "
-        "ucinewgame, position startpos|fen ... moves ..., go nodes|movetime|wtime/btime/"
-        "winc/binc|infinite, stop, quit; info lines with nodes, score and pv; bestmove.",
+        "ucinewgame, setoption (Nodes, Batch, Algorithm, MoveOverhead), position startpos|fen "
+        "... moves ..., go nodes|movetime|wtime/btime/winc/binc|depth|mate|infinite, stop, quit; "
+        "info lines with nodes, nps, score and pv; bestmove. uciok comes at once, readyok once "
+        "the net is loaded; the search is the checkpoint's (mcts.*) on the compiled core.",
     )
     common(p, config_required=False)
     checkpoint_arg(p, "a chess checkpoint")

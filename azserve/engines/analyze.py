@@ -1,26 +1,29 @@
 """``azserve analyze``: a JSON-lines analysis engine.
 
-Input, one object per line: ``{"id": ..., "game": "tictactoe"|"connect4", "moves": [zero-based
-moves from the initial position]}``. Output, one line per input line, in order:
-``{"id": ..., "policy": [A floats], "value": v, "move": m, "visits": [A ints]}`` (``visits``
-only with sims > 0), or ``{"id": ..., "error": "..."}`` for a bad line; the engine goes on.
-A Go checkpoint also takes requests in the shape of KataGo's analysis engine (vertices, komi,
-rules, board size, turns, visits), answered with one line per turn asked for (vertices, win
-rates, priors, principal variations): ``azserve.engines.gtp.analyze``.
-Lines already waiting are analysed together, so bulk input runs at batched speed while an
-interactive caller gets each answer as soon as its line is read.
+Input, one object per line: ``{"id": ..., "game": "tictactoe"|"connect4"|..., "moves": [...]}``,
+the moves from the initial position as action numbers or as the game's move text (chess: UCI
+``e2e4`` or SAN ``e4``), and for a game with a position notation its field (chess: ``"fen"``)
+to start from instead. A field the request does not know is an error naming it (with the
+closest known one), never silently ignored. Output, one line per input line, in order:
+``{"id": ..., "policy": [A floats], "value": v, "move": m, "move_text": "e4", "visits": [A ints]}``
+(``visits`` only with sims > 0), or ``{"id": ..., "error": "...", "field": "..."}`` for a bad
+line; the engine goes on. A Go checkpoint also takes requests in the shape of KataGo's
+analysis engine (vertices, komi, rules, board size, turns, visits), answered with one line per
+turn asked for (vertices, win rates, priors, principal variations):
+``azserve.engines.gtp.analyze``. Lines already waiting are analysed together, so bulk input
+runs at batched speed while an interactive caller gets each answer as soon as its line is read.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import queue
 import sys
 import threading
 from typing import IO, Any
 
-from actors.games.go.rules import Go
 from azserve.arena.agent import Agent, agent_from_checkpoint, run_sync
 from azserve.engines.gtp.analyze import (
     GoRequest,
@@ -55,18 +58,50 @@ def _plays(obj: dict[str, Any], agent: Agent, game_name: str) -> bool:
 
 
 def _parse_obj(obj: dict[str, Any], agent: Agent, game_name: str) -> tuple[Any, Any]:
+    game = agent.game
     if not _plays(obj, agent, game_name):
-        raise ValueError(
-            f"unknown game {obj['game']!r}: this engine's checkpoint plays {game_name!r}"
+        raise RequestError(
+            f"unknown game {obj['game']!r}: this engine's checkpoint plays {game_name!r}", "game"
         )
+    known = {"id", "game", "moves"} | ({game.position_field} if game.position_field else set())
+    unknown = sorted(set(obj) - known)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise RequestError(
+            f"unknown field {unknown[0]!r}{hint}; a {game_name} request takes "
+            f"{', '.join(sorted(known))}",
+            unknown[0],
+        )
+    state = game.initial_state()
+    if game.position_field and game.position_field in obj:
+        text = obj[game.position_field]
+        if not isinstance(text, str):
+            raise RequestError(f"{game.position_field} must be a string", game.position_field)
+        try:
+            state = game.from_position(text)
+        except ValueError as exc:
+            raise RequestError(str(exc), game.position_field) from None
     moves = obj.get("moves", [])
-    if not isinstance(moves, list) or not all(
-        isinstance(m, int) and not isinstance(m, bool) for m in moves
-    ):
-        raise ValueError("moves must be a list of zero-based integers")
-    state = agent.game.from_moves(moves)
-    if agent.game.is_terminal(state):
-        raise ValueError("the game is already over after these moves")
+    if not isinstance(moves, list):
+        raise RequestError("moves must be a list of moves (action numbers or move text)", "moves")
+    for i, m in enumerate(moves):
+        if game.is_terminal(state):
+            raise RequestError(f"move #{i} ({m!r}) comes after the game ended", "moves")
+        try:
+            if isinstance(m, str):
+                a = game.parse_move_at(state, m)
+            elif isinstance(m, int) and not isinstance(m, bool):
+                a = m
+            else:
+                raise ValueError("not an action number or move text")
+            if a not in game.legal_actions(state):
+                raise ValueError("illegal here")
+            state = game.apply(state, a)
+        except ValueError as exc:
+            raise RequestError(f"move #{i} ({m!r}): {exc}", "moves") from None
+    if game.is_terminal(state):
+        raise RequestError("the game is already over after these moves", "moves")
     return obj.get("id"), state
 
 
@@ -86,7 +121,7 @@ def analyze_lines(
     out: list[list[dict[str, Any]]] = [[] for _ in lines]
     good: list[tuple[int, Any, Any]] = []
     go_requests: list[tuple[int, GoRequest]] = []
-    is_go = isinstance(agent.game, Go)
+    is_go = "gtp" in agent.game.protocols
     for i, line in enumerate(lines):
         try:
             obj = _load(line)
@@ -107,12 +142,13 @@ def analyze_lines(
             out[i] = [{"id": _line_id(line), "error": str(exc)}]
     if good:
         results = agent.analyze_sync([s for _, _, s in good], sims)
-        for (i, rid, _), a in zip(good, results):
+        for (i, rid, state), a in zip(good, results):
             row: dict[str, Any] = {
                 "id": rid,
                 "policy": [round(float(p), 6) for p in a.policy],
                 "value": round(a.value, 6),
                 "move": a.move,
+                "move_text": agent.game.format_move_at(state, a.move),
             }
             if a.visits is not None:
                 row["visits"] = [int(v) for v in a.visits]

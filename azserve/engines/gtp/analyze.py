@@ -24,11 +24,14 @@ Any other field is refused with its name. Each analysed turn gets one line::
 
     {"id": "a", "turnNumber": 2, "moveInfos": [{"move": "D5", "visits": 12, "winrate": 0.53,
      "prior": 0.08, "order": 0, "pv": ["D5", "E4"]}, ...],
-     "rootInfo": {"winrate": 0.51, "visits": 65, "currentPlayer": "B"}}
+     "rootInfo": {"winrate": 0.51, "visits": 65, "currentPlayer": "B", "nps": 900}}
 
 Win rates are the side to move's (KataGo's ``reportAnalysisWinratesAs = SIDETOMOVE``), in
-[0, 1]; no score fields (the net has no score head). A bad request gets ``{"id": ...,
-"error": "...", "field": "..."}`` and the engine goes on.
+[0, 1]; ``nps``: the search's simulations per second (not KataGo's); ``policy`` (the net's
+priors in KataGo's layout) with ``includePolicy``; no score or ownership fields (the served path
+returns the policy and the value only: a request asking for ownership gets a warning line
+first, ``NOT_REPORTED``). A bad request gets ``{"id": ..., "error": "...", "field": "..."}``
+and the engine goes on.
 """
 
 from __future__ import annotations
@@ -40,12 +43,22 @@ from typing import Any
 
 from actors.games.go.rules import Go, GoState
 from azserve.engines.gtp.board import Board, GtpError
-from azserve.engines.gtp.report import Report, Searcher
+from azserve.engines.gtp.report import Report, from_progress
+from azserve.engines.search import EngineSearch, engine_mcts
 
 FIELDS = {"id", "game", "moves", "initialStones", "initialPlayer", "komi", "rules",
-          "boardXSize", "boardYSize", "analyzeTurns", "maxVisits"}  # fmt: skip
-"""The fields a Go request may have."""
-GO_ONLY = FIELDS - {"id", "game", "moves"}
+          "boardXSize", "boardYSize", "analyzeTurns", "maxVisits", "includePolicy",
+          "priority"}  # fmt: skip
+"""The fields a Go request may have, honoured (``priority``: requests are answered in order,
+so it changes nothing)."""
+NOT_REPORTED = {"includeOwnership": "ownership", "includeOwnershipStdev": "ownership",
+                "includeMovesOwnership": "ownership", "includePVVisits": "visits along each pv",
+                "overrideSettings": "settings overridden per request",
+                "reportDuringSearchEvery": "answers during the search"}  # fmt: skip
+"""Fields KataGo's clients send (KaTrain and Lizzie ask for ownership in every request) that
+this engine reads and cannot honour: the request is answered all the same, after a
+``{"id", "warning", "field"}`` line for each, as KataGo warns of a field it does not use."""
+GO_ONLY = (FIELDS | set(NOT_REPORTED)) - {"id", "game", "moves"}
 """Fields that make a line a Go request (so do ``moves`` given as [colour, vertex] pairs)."""
 AREA_RULES = {"tromp-taylor", "chinese", "chinese-ogs", "chinese-kgs", "aga", "bga",
               "new-zealand", "area"}  # fmt: skip
@@ -70,6 +83,10 @@ class GoRequest:
     """(turn number, position), in the order asked."""
     visits: int | None
     """None: the engine's default."""
+    include_policy: bool = False
+    """Answer with the net's policy over the board (``policy``: KataGo's layout)."""
+    warnings: tuple[tuple[str, str], ...] = ()
+    """(field, message) of each field read and not honoured (``NOT_REPORTED``)."""
 
 
 def is_go_request(obj: dict[str, Any]) -> bool:
@@ -139,7 +156,7 @@ def parse_go_request(obj: dict[str, Any], net_game: Go) -> GoRequest:
     """A Go request for a net of ``net_game`` (its size, and its encoding: the request's states
     are that game's); RequestError naming the bad field."""
     size = net_game.size
-    unknown = sorted(set(obj) - FIELDS)
+    unknown = sorted(set(obj) - FIELDS - set(NOT_REPORTED))
     if unknown:
         raise RequestError(
             f"unknown field(s) {', '.join(unknown)}; a Go request takes {', '.join(sorted(FIELDS))}",
@@ -190,13 +207,34 @@ def parse_go_request(obj: dict[str, Any], net_game: Go) -> GoRequest:
             raise RequestError(f"analyzeTurns: turn {t}: the game is over", "analyzeTurns")
         chosen.append((t, states[t]))
     visits = _int(obj["maxVisits"], "maxVisits") if "maxVisits" in obj else None
-    return GoRequest(obj.get("id"), game, chosen, visits)
+    for key in ("includePolicy", *NOT_REPORTED):
+        if key in obj and key != "overrideSettings" and not isinstance(obj[key], bool):
+            raise RequestError(f"{key} must be true or false", key)
+    warnings = tuple(
+        (key, f"{key}: this engine does not report {what}; the rest of the request is answered")
+        for key, what in NOT_REPORTED.items()
+        if key in obj and obj[key] not in (False, None, {})
+    )
+    return GoRequest(obj.get("id"), game, chosen, visits, bool(obj.get("includePolicy")), warnings)
 
 
-def answer(req: GoRequest, turn: int, state: GoState, r: Report) -> dict[str, Any]:
-    """One analysed turn as a JSON-ready dict."""
+def board_policy(game: Go, actions: Any, priors: Any) -> list[float]:
+    """The net's priors over the board as KataGo writes ``policy``: ``size * size + 1`` floats,
+    row by row from the top left, the pass last; -1 where the move is illegal."""
+    n = game.size
+    out = [-1.0] * (n * n + 1)
+    for a, p in zip(actions, priors):
+        row, col = divmod(int(a), n)
+        out[n * n if int(a) == game.pass_action else (n - 1 - row) * n + col] = round(float(p), 6)
+    return out
+
+
+def answer(
+    req: GoRequest, turn: int, state: GoState, r: Report, policy: list[float] | None = None
+) -> dict[str, Any]:
+    """One analysed turn as a JSON-ready dict (with ``policy`` when given)."""
     fmt = req.game.format_move
-    return {
+    out = {
         "id": req.id,
         "turnNumber": turn,
         "moveInfos": [
@@ -214,8 +252,12 @@ def answer(req: GoRequest, turn: int, state: GoState, r: Report) -> dict[str, An
             "winrate": round(r.winrate, 6),
             "visits": r.visits,
             "currentPlayer": "BW"[state.color],
+            "nps": r.nps,
         },
     }
+    if policy is not None:
+        out["policy"] = policy
+    return out
 
 
 async def analyze_go(
@@ -225,19 +267,23 @@ async def analyze_go(
     answers per request, in its turns' order."""
 
     async def one(req: GoRequest, turn: int, state: GoState) -> dict[str, Any]:
-        searcher = Searcher(evaluate, mcts)
+        search = EngineSearch(evaluate, engine_mcts(mcts))
         visits = sims if req.visits is None else req.visits
         if visits == 0:
-            r = await searcher.raw(req.game, state)
+            progress = await search.raw(req.game, state)
         else:
-            r = await searcher.search(req.game, state, visits)
-        return answer(req, turn, state, r)
+            progress = await search.run(req.game, state, visits)
+        policy = None
+        if req.include_policy:
+            policy = board_policy(req.game, progress.report.actions, progress.report.priors)
+        return answer(req, turn, state, from_progress(progress), policy)
 
     jobs = [one(req, t, s) for req in requests for t, s in req.turns]
     flat = await asyncio.gather(*jobs)
     out, k = [], 0
     for req in requests:
-        out.append(flat[k : k + len(req.turns)])
+        warned = [{"id": req.id, "warning": text, "field": key} for key, text in req.warnings]
+        out.append(warned + flat[k : k + len(req.turns)])
         k += len(req.turns)
     return out
 
@@ -249,6 +295,7 @@ __all__ = [
     "RequestError",
     "analyze_go",
     "answer",
+    "board_policy",
     "is_go_request",
     "parse_go_request",
 ]

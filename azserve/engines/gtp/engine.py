@@ -36,7 +36,6 @@ import math
 import re
 import time
 from collections.abc import Callable
-from typing import Any
 
 from actors.games.go import status as go_status
 from actors.games.go.rules import Go, GoState
@@ -48,7 +47,8 @@ from azserve.engines.gtp.board import (
     parse_color,
 )
 from azserve.engines.gtp.clock import Clock
-from azserve.engines.gtp.report import AnalyzeArgs, Report, Searcher, parse_analyze_args
+from azserve.engines.gtp.report import AnalyzeArgs, Report, from_progress, parse_analyze_args
+from azserve.engines.search import EngineSearch
 
 COMMANDS = (
     "protocol_version", "name", "version", "known_command", "list_commands", "boardsize",
@@ -78,11 +78,12 @@ class MoveSource:
 
 
 class AgentMoves(MoveSource):
-    """A checkpoint's network and search (``azserve.engines.gtp.report.Searcher``)."""
+    """A checkpoint's search (``azserve.engines.search.EngineSearch``: its algorithm on the
+    compiled core); each search's speed goes to ``log`` (stderr), as Leela Zero prints it."""
 
-    def __init__(self, agent: Any, seed: int = 0) -> None:
-        self.agent = agent
-        self.searcher = Searcher(agent.evaluator, agent.mcts_cfg, seed)
+    def __init__(self, search: EngineSearch, log: Callable[[str], None] | None = None) -> None:
+        self.engine = search
+        self.log = log or (lambda text: None)
 
     async def search(
         self,
@@ -93,8 +94,14 @@ class AgentMoves(MoveSource):
         on_slice: Callable[[Report], None] | None = None,
     ) -> Report:
         if visits == 0:
-            return await self.searcher.raw(game, state)
-        return await self.searcher.search(game, state, visits, deadline, on_slice)
+            return from_progress(await self.engine.raw(game, state))
+        hear = None if on_slice is None else (lambda p: on_slice(from_progress(p)))
+        progress = await self.engine.run(game, state, visits, deadline, hear)
+        self.log(
+            f"{progress.simulations} simulations, {progress.report.nodes} nodes, "
+            f"{progress.nps} n/s, {progress.seconds:.2f} s"
+        )
+        return from_progress(progress)
 
 
 class Engine:
