@@ -10,6 +10,8 @@ RUN_DIR ?= runs/tictactoe
 TORCH_INDEX ?=
 TRAIN_ARGS ?=
 TESTS ?=
+# pytest-xdist workers for make test (the cluster tests take turns: tests/conftest.py).
+WORKERS ?= 2
 
 .PHONY: venv train test fuzz lint docs clean distclean
 
@@ -40,7 +42,7 @@ train: venv
 
 test: venv
 	scripts/system_deps.sh  # Slurm and munge for the cluster tests (root + apt only)
-	AZSERVE_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q $(TESTS)
+	AZSERVE_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(WORKERS) $(TESTS)
 
 fuzz: venv
 	AZSERVE_FUZZ_EXAMPLES=200000 $(BIN)/python -m pytest -q tests/test_fuzz.py -p no:cacheprovider

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import importlib.util
 import json
 import os
@@ -26,7 +27,7 @@ import zmq
 import zmq.asyncio
 
 from azserve import ClientConfig, EvalClient, InferenceServer, InitialWeights, ServerConfig
-from azserve.backends import BackendConfig, make_backend
+from azserve.backends import BackendConfig, TorchConfig, make_backend
 from azserve.backends.torch_backend import TorchBackend
 from azserve.control import ControlClient
 from azserve.model.network import build_net
@@ -149,7 +150,7 @@ async def make_server() -> AsyncIterator[MakeServer]:
         **overrides: Any,
     ) -> InferenceServer:
         if backend is None:
-            backend = BackendConfig(device="cpu", compile="none")
+            backend = BackendConfig(device="cpu", torch=TorchConfig(compile="none"))
         if isinstance(backend, BackendConfig):
             backend = make_backend(NET, backend)
         server = InferenceServer(server_config(bind, **overrides), NET.spec, backend, auth=auth)
@@ -299,7 +300,7 @@ class GatedBackend(TorchBackend):
     while it closes the server, or a load in progress while it sends a duplicate."""
 
     def __init__(self, hold_infer: bool = True) -> None:
-        super().__init__(NET, BackendConfig(device="cpu", compile="none"))
+        super().__init__(NET, BackendConfig(device="cpu", torch=TorchConfig(compile="none")))
         self.gate, self.entered = asyncio.Event(), asyncio.Event()
         self.load_gate, self.load_entered = asyncio.Event(), asyncio.Event()
         self.load_gate.set()
@@ -342,6 +343,20 @@ async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> No
         if loop.time() > deadline:
             raise AssertionError(f"condition not met in {timeout_s} s")
         await asyncio.sleep(0.005)
+
+
+@pytest.fixture(autouse=True)
+def one_cluster_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A ``cluster`` test holds a machine-wide lock while it runs: under pytest-xdist (``make
+    test`` runs two workers) two of them would share the network namespaces' addresses, Ray's
+    and Slurm's daemons, and the process names they look for. Taken before the test's other
+    function fixtures (an autouse fixture comes first in its scope)."""
+    if request.node.get_closest_marker("cluster") is None:
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / "azserve-cluster-tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

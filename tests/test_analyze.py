@@ -146,8 +146,11 @@ BAD_LINES = [
     ('"moves"', None, "expected a JSON object"),
     ("42", None, "expected a JSON object"),
     ('{"id": 9, "moves": "0 4"}', 9, "moves must be a list"),
-    ('{"id": 10, "moves": [0, 4.0]}', 10, "moves must be a list"),
-    ('{"id": 11, "moves": [true]}', 11, "moves must be a list"),
+    ('{"id": 10, "moves": [0, 4.0]}', 10, "move #1 (4.0): not an action number or move text"),
+    ('{"id": 11, "moves": [true]}', 11, "move #0 (True): not an action number or move text"),
+    ('{"id": 12, "mvoes": [0]}', 12, "unknown field 'mvoes' (did you mean 'moves'?)"),
+    ('{"id": 13, "moves": ["x"]}', 13, "move #0 ('x')"),
+    ('{"id": 14, "fen": "8/8/8/8/8/8/8/8 w - - 0 1"}', 14, "unknown field 'fen'"),
 ]
 
 
@@ -165,7 +168,7 @@ def test_bad_lines_get_errors_and_the_engine_goes_on(agent: Agent, sims: int) ->
             check_policy(row, json.loads(text)["moves"])
             assert ("visits" in row) == (sims > 0)
         else:
-            assert set(row) == {"id", "error"}, row
+            assert set(row) in ({"id", "error"}, {"id", "error", "field"}), row
             assert message in row["error"], (text, row)
 
 
@@ -219,7 +222,7 @@ def test_plain_weights_need_a_game_or_config(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="carries no config"):
         agent_from_checkpoint(str(path))
     got, agent = agent_from_checkpoint(
-        str(path), overrides=["backend.compile=none"], game="connect4"
+        str(path), overrides=["backend.torch.compile=none"], game="connect4"
     )
     assert got.game == "connect4" and agent.game.name == "connect4"
     (row,) = analyze_lines(
@@ -266,7 +269,12 @@ def test_a_checkpoint_is_evaluated_on_its_configs_compiled_backend(tmp_path: Pat
     share the backend (one compile), each its own version; closing one leaves the other."""
     cfg = load_config(
         REPO / "configs" / "go9-alphazero.toml",
-        ["net.blocks=1", "net.channels=8", "backend.compile=inductor", "backend.batch_buckets=[8]"],
+        [
+            "net.blocks=1",
+            "net.channels=8",
+            "backend.torch.compile=inductor",
+            "backend.torch.batch_buckets=[8]",
+        ],
     )
     trainer = Trainer(replace(cfg.net, seed=5), replace(cfg.trainer, device="cpu"))
     path = save_checkpoint(tmp_path, 10, 1, trainer.state_dict(), to_dict(cfg))
@@ -288,3 +296,50 @@ def test_a_checkpoint_is_evaluated_on_its_configs_compiled_backend(tmp_path: Pat
     compiled.close()
     (a,) = second.analyze_sync(states[:1], 16)  # the shared backend still serves the other
     assert a.visits is not None and a.visits.sum() == 16
+
+
+def test_moves_as_text_and_the_answer_in_the_games_notation(agent: Agent) -> None:
+    """A move may be the game's text (tic-tac-toe's is the cell number) and the answer says
+    its move in that notation too."""
+    out = analyze_lines(
+        [line(1, [0, 4]), json.dumps({"id": 2, "moves": ["0", "4"]})], agent, "tictactoe", 0
+    )
+    assert out[0]["policy"] == out[1]["policy"]
+    assert out[1]["move_text"] == GAME.format_move(out[1]["move"])
+
+
+def test_a_chess_request_starts_from_its_fen_and_speaks_moves(tmp_path: Path) -> None:
+    """Chess: ``fen`` sets the position (a bogus one is an error naming the field, not the
+    start position analysed), moves may be UCI or SAN, the answer's move is SAN."""
+    from tests.test_uci import chess_checkpoint
+
+    _, chess = agent_from_checkpoint(str(chess_checkpoint(tmp_path)))
+    fen = "6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1"  # Ra8 mates
+    rows = analyze_lines(
+        [
+            json.dumps({"id": "fen", "fen": fen}),
+            json.dumps({"id": "bogus", "fen": "not a fen"}),
+            json.dumps({"id": "uci", "moves": ["e2e4", "e7e5"]}),
+            json.dumps({"id": "san", "moves": ["e4", "e5"]}),
+            json.dumps({"id": "typo", "mvoes": ["e4"]}),
+            json.dumps({"id": "illegal", "moves": ["e5"]}),
+        ],
+        chess,
+        "chess",
+        2,
+    )
+    by = {r["id"]: r for r in rows}
+    game = chess.game
+    start = game.from_fen(fen)
+    assert by["fen"]["move"] in game.legal_actions(start)
+    assert by["fen"]["move_text"] == game.san(start, by["fen"]["move"])
+    policy = np.array(by["fen"]["policy"])
+    assert np.array_equal(policy > 0, game.legal_mask(start))  # the FEN's moves, not the start's
+    assert game.parse_move_at(start, "Ra8") in game.legal_actions(start)
+    assert by["bogus"]["field"] == "fen" and "FEN" in by["bogus"]["error"]
+    assert by["uci"]["policy"] == by["san"]["policy"]
+    after = game.from_moves([game.parse_move_at(game.initial_state(), "e4")])
+    after = game.apply(after, game.parse_move_at(after, "e5"))
+    assert by["san"]["move"] in game.legal_actions(after)
+    assert by["typo"]["field"] == "mvoes" and "did you mean 'moves'" in by["typo"]["error"]
+    assert by["illegal"]["field"] == "moves" and "move #0 ('e5')" in by["illegal"]["error"]

@@ -1,6 +1,7 @@
 """``azserve analyze`` with a Go checkpoint: requests in KataGo's analysis-engine shape (vertices,
 initial stones, komi, rules, board size, turns, visits) answered per turn with vertices, win
-rates, priors and principal variations; unknown or unsupported fields refused by name; the
+rates, priors, principal variations and the policy where asked; unknown fields refused by
+name, the ownership KataGo's clients ask for answered with a warning; the
 action-number format still answered; and the real command end to end."""
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def test_the_default_turn_is_the_last_and_zero_visits_is_the_raw_net(agent: Agen
         ({"rules": "go-moku"}, "rules", "rules 'go-moku': unknown"),
         ({"komi": "seven"}, "komi", "komi 'seven' must be a finite number"),
         ({"komi": 1000}, "komi", "komi 1000 must be a finite number in -81..81"),
-        ({"includeOwnership": True, "zzz": 1}, "includeOwnership",
-         "unknown field(s) includeOwnership, zzz"),
+        ({"includeOwnership": True, "zzz": 1}, "zzz", "unknown field(s) zzz"),
+        ({"includePolicy": "yes"}, "includePolicy", "includePolicy must be true or false"),
         ({"moves": [["B", "Z9"]]}, "moves", "moves[0]: vertex 'Z9' is off the 9x9 board"),
         ({"moves": [["B", "40"]]}, "moves", "moves[0]: '40' is not a vertex"),
         ({"moves": [["X", "D4"]]}, "moves", "player 'X' is not B or W"),
@@ -146,3 +147,25 @@ def test_the_real_command_answers_go_requests(run: Path) -> None:
     assert rows[0]["rootInfo"]["currentPlayer"] == "W" and rows[1]["moveInfos"]
     assert rows[2]["field"] == "boardXSize" and "plays 9x9" in rows[2]["error"]
     assert rows[3]["id"] == 3 and sum(rows[3]["visits"]) == 4
+
+
+def test_what_katago_clients_send_is_answered(agent: Agent) -> None:
+    """KaTrain and Lizzie send includeOwnership and includePolicy in every request: the policy
+    comes in KataGo's layout, ownership (not reported) gets KataGo's kind of warning line
+    first, and the analysis is answered all the same."""
+    line = request(moves=[["B", "E5"], ["W", "C3"]], maxVisits=8, includeOwnership=True,
+                   includePolicy=True, priority=1)  # fmt: skip
+    warning, row = analyze_lines([line], agent, "go9-features", sims=4)
+    assert warning["id"] == "q" and warning["field"] == "includeOwnership"
+    assert "does not report ownership" in warning["warning"]
+    policy = row["policy"]
+    assert len(policy) == 82 and row["turnNumber"] == 2
+    # Row by row from the top left: E5 (row 4, col 4 counted from the top) and C3 are taken.
+    top_row = [policy[c] for c in range(9)]
+    assert policy[4 * 9 + 4] == -1 and policy[(9 - 3) * 9 + 2] == -1
+    assert all(p >= 0 for p in top_row) and policy[81] >= 0  # A9..J9 and the pass are legal
+    assert sum(p for p in policy if p > 0) == pytest.approx(1.0, abs=1e-4)
+    plain = analyze_lines([request(moves=[["B", "E5"], ["W", "C3"]], maxVisits=8)], agent,
+                          "go9-features", sims=4)  # fmt: skip
+    assert [m["move"] for m in plain[0]["moveInfos"]] == [m["move"] for m in row["moveInfos"]]
+    assert "policy" not in plain[0]

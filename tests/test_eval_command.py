@@ -30,7 +30,12 @@ def checkpoint(directory: Path, game: str) -> Path:
     """A learner checkpoint (step 40, version 5) of a one-block net of ``game``."""
     cfg = load_config(
         REPO / "configs" / f"{game}.toml",
-        ["net.blocks=1", "net.channels=8", "net.global_pool_channels=4", "backend.compile=none"],
+        [
+            "net.blocks=1",
+            "net.channels=8",
+            "net.global_pool_channels=4",
+            "backend.torch.compile=none",
+        ],
     )
     trainer = Trainer(replace(cfg.net, seed=3), replace(cfg.trainer, device="cpu"))
     return save_checkpoint(directory / "checkpoints", 40, 5, trainer.state_dict(), to_dict(cfg))

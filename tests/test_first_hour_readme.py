@@ -37,7 +37,7 @@ LINKED = (".venv", "Makefile", "configs", "data", "scripts", "tests")
 # The blocks' commands as written, on a small budget; no inductor compile of the Connect Four
 # net (a minute or more with a cold cache: a start-up cost tests/test_compiled.py covers).
 BUDGET = (
-    "backend.compile=none "
+    "backend.torch.compile=none "
     "train.steps=3 train.eval_every_s=0 actors.games=16 mcts.num_simulations=4 "
     "replay.min_size=64 trainer.batch_size=32 eval.sims=0 eval.match_games=2 eval.match_sims=2 "
     "eval.c4_limit=8 server.status_interval_s=0"

@@ -160,8 +160,7 @@ def subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 
 def _resolve_paths(args: argparse.Namespace) -> None:
     """Shipped config names and checkpoint directories become the files they stand for."""
-    from azserve.arena.agent import newest_checkpoint_in
-    from azserve.config.presets import resolve_config
+    from azserve.config.presets import newest_checkpoint_in, resolve_config
 
     config = getattr(args, "config", None)
     if isinstance(config, list):  # compare: one per candidate

@@ -1,5 +1,6 @@
-"""What ships inside the package, found by name: the configs (``--config tictactoe``) and the
-Connect Four benchmark positions.
+"""What a name on the command line stands for: the configs that ship inside the package
+(``--config tictactoe``), the Connect Four benchmark positions, and a run directory's newest
+checkpoint (``--checkpoint runs/c4``).
 
 The checkout's ``configs/*.toml`` and ``data/connect4/move_scores.tsv`` are the files people
 edit; ``azserve/configs/`` and ``azserve/data/`` hold symlinks to them, which a wheel build
@@ -11,7 +12,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from azserve.errors import ConfigError
+from azserve.errors import AzserveError, ConfigError
 
 _PACKAGE = Path(str(resources.files("azserve")))
 REPO_ROOT = _PACKAGE.parent
@@ -53,3 +54,17 @@ def resolve_data_path(path: str) -> Path:
     if (REPO_ROOT / p).exists():
         return REPO_ROOT / p
     return _DATA.get(p.as_posix(), REPO_ROOT / p)
+
+
+def newest_checkpoint_in(arg: str) -> str:
+    """``arg`` itself when it is not a directory; else the newest checkpoint of a run
+    directory (``RUN/checkpoints/``) or of a checkpoint directory."""
+    p = Path(arg)
+    if not p.is_dir():
+        return arg
+    from learner.checkpoint import latest_checkpoint
+
+    found = latest_checkpoint(p / "checkpoints") or latest_checkpoint(p)
+    if found is None:
+        raise AzserveError(f"no checkpoint (ckpt-*.safetensors) in {p} or {p / 'checkpoints'}")
+    return str(found)

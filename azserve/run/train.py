@@ -25,7 +25,7 @@ from azserve.config.schema import Config, replace, save_config
 from azserve.errors import AzserveError, ConfigError
 from azserve.metrics import RateMeter
 from azserve.run.actor_lives import KILLED_IN_PLAY, actor_lives, killed_in_play
-from azserve.run.display import Display, Row, bar, human, pct, sig
+from azserve.run.display import Display, Row, bar, human, pct
 from azserve.run.ladder_rounds import LadderRounds, rating_text
 from azserve.run.supervisor import Child, azserve_argv, child_env
 from azserve.sync_client import SyncClient
@@ -102,10 +102,10 @@ def with_run_clock(cfg: Config, now: float) -> Config:
 
 def server_threads(threads: int) -> dict[str, Any]:
     """The server's thread settings for ``train.server_threads``: a fixed count, or for 0 one
-    thread to start with that follows the idle cores (``backend.auto_threads``)."""
+    thread to start with that follows the idle cores (``backend.torch.auto_threads``)."""
     if threads:
-        return {"threads": threads, "auto_threads": False}
-    return {"threads": 1, "auto_threads": True}
+        return {"threads": threads, "torch": {"auto_threads": False}}
+    return {"threads": 1, "torch": {"auto_threads": True}}
 
 
 class Training:
@@ -503,10 +503,13 @@ class Training:
         )
         self._eval_thread.start()
 
-    def _evaluate(self, path: Path, previous: Path | None, full: bool) -> None:
+    def _evaluate(self, path: Path, previous: Path | None, full: bool) -> str | None:
+        """Score checkpoint ``path`` into eval.jsonl and TensorBoard; its figures in words (None
+        when it could not be scored)."""
         import torch
 
-        from azserve.arena.evaluate import evaluate_checkpoint
+        from actors.games import make_game
+        from azserve.arena.evaluate import evaluate_checkpoint, scores_text
 
         torch.set_num_threads(1)
         t0 = time.monotonic()
@@ -515,7 +518,7 @@ class Training:
             result = evaluate_checkpoint(self.cfg, path, full, previous)
         except (AzserveError, OSError) as exc:  # e.g. a checkpoint pruned while the run goes on
             log.warning("evaluation of %s skipped: %s", path.name, exc)
-            return
+            return None
         row = {
             "time": time.time(),
             "step": meta.step,
@@ -527,7 +530,11 @@ class Training:
         with (self.run_dir / "eval.jsonl").open("a") as f:
             f.write(json.dumps(row) + "\n")
         self._tb_eval(result, meta.step)
-        log.info("eval of step %d (v%d): %s", meta.step, meta.version, json.dumps(sig(result)))
+        text = scores_text(result, make_game(self.cfg.game).benchmarks())
+        log.info(
+            "eval of step %d (v%d) in %.0f s: %s", meta.step, meta.version, row["eval_s"], text
+        )
+        return text
 
     def _tb_eval(self, result: dict[str, Any], step: int) -> None:
         """Evaluation scalars beside the learner's in ``tb/`` (grouped ``eval/``)."""
@@ -547,8 +554,30 @@ class Training:
         if path is None:
             return
         found = list_checkpoints(self.run_dir / self.cfg.checkpoint.dir)
-        self.display.note(f"final evaluation of {path.name} ...")
-        self._evaluate(path, found[0][1] if len(found) > 1 else None, full=True)
+        previous = found[0][1] if len(found) > 1 else None
+        self.display.note(f"final evaluation of {path.name}: {self._final_eval_plan(previous)}")
+        t0 = time.monotonic()
+        text = self._evaluate(path, previous, full=True)
+        if text is not None:
+            self.display.note(f"final evaluation in {time.monotonic() - t0:.0f} s: {text}")
+
+    def _final_eval_plan(self, previous: Path | None) -> str:
+        """What the final evaluation will do and, from the run's last evaluations, about how
+        long it takes: on a slow machine a short run's final games can outlast the run."""
+        e = self.cfg.eval
+        parts = [f"benchmarks at {e.sims} simulations"] if e.sims else []
+        if e.match_games:
+            rivals = "random" + (" and the previous checkpoint" if previous else "")
+            parts.append(f"{e.match_games} games against {rivals} at {e.match_sims} simulations")
+        plan = ", ".join(parts) or "the raw policy's benchmarks"
+        took = [r["eval_s"] for r in _eval_rows(self.run_dir) if "eval_s" in r]
+        if not took:
+            return plan + " (no evaluation of this run yet to time it by)"
+        hint = ""
+        budget = self.cfg.train.minutes * 60
+        if budget and max(took) > budget / 2:
+            hint = "; longer than half the run: --set eval.match_games=0 skips the games"
+        return plan + f" (the run's evaluations took up to {max(took):.0f} s{hint})"
 
     def _report(self) -> None:
         from azserve.run.report import write_report
@@ -558,6 +587,12 @@ class Training:
             self.display.note(f"report: {out}")
         except (OSError, ValueError) as exc:
             log.warning("no report: %s", exc)
+
+
+def _eval_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of the run's eval.jsonl so far (a torn last line skipped; none without one)."""
+    path = run_dir / "eval.jsonl"
+    return read_metrics(path) if path.exists() else []
 
 
 def _fraction(s: Snapshot, t: Any) -> float:
