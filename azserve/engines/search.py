@@ -1,9 +1,10 @@
-"""The search behind the engines (``azserve gtp``, ``azserve uci`` and Go analysis): the
-checkpoint's own search, as self-play, ``match`` and the ladder run it, driven in slices so
-that an engine can report, meet a deadline or stop between them.
+"""The search behind the engines (``azserve gtp``, ``azserve uci`` and Go analysis): the search
+``match`` and the ladder play and measured, driven in slices so that an engine can report,
+meet a deadline or stop between them.
 
-The search is ``actors.searches.make_search`` with the checkpoint's ``mcts.*`` (PUCT or Gumbel,
-the compiled core wherever it plays the game), awaiting the Agent's ``BatchedEvaluator``:
+The search is ``actors.searches.make_search`` with the checkpoint's ``mcts.*`` (c_puct, FPU,
+the compiled core wherever it plays the game) and ``PLAY_ALGORITHM`` (PUCT; ``engine_mcts``
+takes Gumbel too), awaiting the Agent's ``BatchedEvaluator``:
 with PUCT, ``leaves_in_flight`` leaves go to the net together, one batch per round, as
 self-play batches its leaves. Gumbel's sequential halving takes one leaf at a time (the
 schedule is sequential), and a budget cut into slices would be a different search (each
