@@ -118,6 +118,32 @@ def test_match_against_random_counts_every_game(games: int) -> None:
     assert all(v >= 0 for v in result.values())
 
 
+def test_a_match_stops_its_games_at_its_deadline() -> None:
+    """Games still going at the deadline stop and are counted, not scored (a short run's final
+    evaluation is bounded so); a deadline never met changes nothing."""
+    import time
+
+    from azserve.arena.evaluate import eval_scalars, scores_text
+
+    agent = c4_agent()
+    stopped = match(agent, None, games=4, sims=8, deadline=time.monotonic())
+    assert stopped == {"win": 0, "draw": 0, "loss": 0, "unfinished": 4}
+    assert "vs_random/score" not in eval_scalars({"vs_random": stopped}, "")
+    assert "4 stopped at the time limit" in scores_text({"vs_random": stopped})
+    free = match(agent, None, games=4, sims=8, seed=3)
+    timed = match(agent, None, games=4, sims=8, seed=3, deadline=time.monotonic() + 600)
+    assert timed == {**free, "unfinished": 0}
+
+
+def test_a_timed_runs_final_evaluation_gets_half_the_run() -> None:
+    from azserve.run.train import FINAL_EVAL_MIN_S, final_eval_limit_s
+
+    assert final_eval_limit_s(0) is None  # no time budget: no limit
+    assert final_eval_limit_s(1) == FINAL_EVAL_MIN_S  # a 1-minute run: still a minute
+    assert final_eval_limit_s(3) == 90.0  # a 3-minute run: half of it
+    assert final_eval_limit_s(60) == 1800.0
+
+
 def test_match_between_agents_and_strong_search_beats_random() -> None:
     result = match(ttt_agent(1), ttt_agent(2), games=4, sims=2, opening_plies=2)
     assert sum(result.values()) == 4

@@ -72,12 +72,15 @@ def match(
     sims: int,
     seed: int = 0,
     opening_plies: int = 0,
+    deadline: float | None = None,
 ) -> dict[str, int]:
     """``agent`` against ``opponent`` (None = uniform random), alternating colours, each game
     under the referee (``azserve.arena.referee``); all games run concurrently so their
     searches share batches. The first ``opening_plies`` moves are random so that
     deterministic agents play varied games; game pairs share an opening, each side playing it
-    once with each colour. Returns agent's wins/draws/losses."""
+    once with each colour. Returns agent's wins/draws/losses; with a ``deadline``
+    (``time.monotonic()``), the games still going then are stopped and counted
+    (``unfinished``)."""
     game = agent.game
 
     def side(who: Agent | None, i: int) -> Player:
@@ -85,31 +88,45 @@ def match(
             return RandomPlayer([seed, i])
         return AgentPlayer(who, sims, 0, seed, name="agent" if who is agent else "opponent")
 
-    async def run() -> list[GameRecord]:
+    async def run() -> list[GameRecord | None]:
         tasks = []
         for i in range(games):
             opening = random_opening(game, np.random.default_rng([seed, i // 2]), opening_plies)
             me, them = side(agent, i), side(opponent, i)
             black, white = (me, them) if i % 2 == 0 else (them, me)
-            tasks.append(play_game_async(game, black, white, opening))
-        return await asyncio.gather(*tasks)
+            tasks.append(asyncio.ensure_future(play_game_async(game, black, white, opening)))
+        if deadline is None or not tasks:
+            return list(await asyncio.gather(*tasks))
+        left = max(0.0, deadline - time.monotonic())
+        finished, going = await asyncio.wait(tasks, timeout=left)
+        for task in going:
+            task.cancel()
+        await asyncio.gather(*going, return_exceptions=True)
+        return [t.result() if t in finished else None for t in tasks]
 
     records = asyncio.run(run())
     mine = [r.winner if i % 2 == 0 or r.winner is None else 1 - r.winner
-            for i, r in enumerate(records)]  # fmt: skip
-    return {
+            for i, r in enumerate(records) if r is not None]  # fmt: skip
+    out = {
         "win": sum(w == 0 for w in mine),
         "draw": sum(w is None for w in mine),
         "loss": sum(w == 1 for w in mine),
     }
+    if deadline is not None:
+        out["unfinished"] = sum(r is None for r in records)
+    return out
 
 
 def evaluate_checkpoint(
-    cfg: Config, path: str | Path, full: bool, previous: str | Path | None = None
+    cfg: Config,
+    path: str | Path,
+    full: bool,
+    previous: str | Path | None = None,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     """Score one checkpoint: its game's benchmarks (raw policy always, MCTS when ``full``),
     matches against uniform random, and against ``previous`` (an earlier checkpoint) when
-    given."""
+    given; the matches' games still going at ``deadline`` (``time.monotonic()``) stop."""
     game = make_game(cfg.game)
     # Read both files now: during a run, retention may delete ``previous`` (the oldest kept)
     # while the benchmark below computes.
@@ -121,21 +138,24 @@ def evaluate_checkpoint(
     try:
         if earlier_weights is not None:
             earlier = Agent(game, cfg.net, earlier_weights, analysis_mcts(cfg), backend=cfg.backend)
-        return _scores(cfg, agent, earlier, full)
+        return _scores(cfg, agent, earlier, full, deadline)
     finally:
         agent.close()
         if earlier is not None:
             earlier.close()
 
 
-def _scores(cfg: Config, agent: Agent, earlier: Agent | None, full: bool) -> dict[str, Any]:
+def _scores(
+    cfg: Config, agent: Agent, earlier: Agent | None, full: bool, deadline: float | None
+) -> dict[str, Any]:
     sims = cfg.eval.sims if full else 0
     out = benchmark_scores(agent, sims, cfg.eval.c4_positions, cfg.eval.c4_limit)
-    if cfg.eval.match_games:
-        out["vs_random"] = match(agent, None, cfg.eval.match_games, cfg.eval.match_sims)
+    games, match_sims = cfg.eval.match_games, cfg.eval.match_sims
+    if games:
+        out["vs_random"] = match(agent, None, games, match_sims, deadline=deadline)
         if earlier is not None:
             out["vs_previous"] = match(
-                agent, earlier, cfg.eval.match_games, cfg.eval.match_sims, opening_plies=2
+                agent, earlier, games, match_sims, opening_plies=2, deadline=deadline
             )
     return out
 
@@ -148,8 +168,9 @@ def eval_scalars(result: dict[str, Any], prefix: str = "eval") -> dict[str, floa
     for key, value in result.items():
         name = f"{prefix}/{key}"
         if isinstance(value, dict) and {"win", "draw", "loss"} <= set(value):
-            n = max(1, value["win"] + value["draw"] + value["loss"])
-            out[f"{name}/score"] = (value["win"] + 0.5 * value["draw"]) / n
+            n = value["win"] + value["draw"] + value["loss"]
+            if n:  # none finished (stopped at a deadline): no score
+                out[f"{name}/score"] = (value["win"] + 0.5 * value["draw"]) / n
         elif isinstance(value, dict):
             out.update(eval_scalars(value, name))
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -212,5 +233,8 @@ def scores_text(result: dict[str, Any], benchmarks: tuple[Benchmark, ...] = ()) 
     for key, who in (("vs_random", "random"), ("vs_previous", "the previous checkpoint")):
         if key in result:
             r = result[key]
-            parts.append(f"vs {who} {r['win']}-{r['draw']}-{r['loss']} (win-draw-loss)")
+            stopped = (
+                f", {r['unfinished']} stopped at the time limit" if r.get("unfinished") else ""
+            )
+            parts.append(f"vs {who} {r['win']}-{r['draw']}-{r['loss']} (win-draw-loss{stopped})")
     return ", ".join(parts) or "nothing scored"

@@ -208,8 +208,9 @@ def eval_series(
         # matches of a deterministic game repeat the same few games (a constant line).
         if "vs_random" in e:
             r = e["vs_random"]
-            n = max(1, r["win"] + r["draw"] + r["loss"])
-            add("score vs random (win 1, draw 1/2)", step, (r["win"] + 0.5 * r["draw"]) / n)
+            n = r["win"] + r["draw"] + r["loss"]
+            if n:  # none finished: a final evaluation's games all stopped at its time limit
+                add("score vs random (win 1, draw 1/2)", step, (r["win"] + 0.5 * r["draw"]) / n)
     return series
 
 

@@ -503,9 +503,11 @@ class Training:
         )
         self._eval_thread.start()
 
-    def _evaluate(self, path: Path, previous: Path | None, full: bool) -> str | None:
+    def _evaluate(
+        self, path: Path, previous: Path | None, full: bool, deadline: float | None = None
+    ) -> str | None:
         """Score checkpoint ``path`` into eval.jsonl and TensorBoard; its figures in words (None
-        when it could not be scored)."""
+        when it could not be scored). Match games still going at ``deadline`` stop."""
         import torch
 
         from actors.games import make_game
@@ -515,7 +517,7 @@ class Training:
         t0 = time.monotonic()
         try:
             meta = load_checkpoint(path).meta
-            result = evaluate_checkpoint(self.cfg, path, full, previous)
+            result = evaluate_checkpoint(self.cfg, path, full, previous, deadline)
         except (AzserveError, OSError) as exc:  # e.g. a checkpoint pruned while the run goes on
             log.warning("evaluation of %s skipped: %s", path.name, exc)
             return None
@@ -555,9 +557,14 @@ class Training:
             return
         found = list_checkpoints(self.run_dir / self.cfg.checkpoint.dir)
         previous = found[0][1] if len(found) > 1 else None
-        self.display.note(f"final evaluation of {path.name}: {self._final_eval_plan(previous)}")
+        limit = final_eval_limit_s(self.cfg.train.minutes)
+        plan = self._final_eval_plan(previous)
+        if limit is not None:
+            plan += f"; its games stop after {limit:.0f} s"
+        self.display.note(f"final evaluation of {path.name}: {plan}")
         t0 = time.monotonic()
-        text = self._evaluate(path, previous, full=True)
+        deadline = None if limit is None else t0 + limit
+        text = self._evaluate(path, previous, full=True, deadline=deadline)
         if text is not None:
             self.display.note(f"final evaluation in {time.monotonic() - t0:.0f} s: {text}")
 
@@ -587,6 +594,18 @@ class Training:
             self.display.note(f"report: {out}")
         except (OSError, ValueError) as exc:
             log.warning("no report: %s", exc)
+
+
+FINAL_EVAL_MIN_S = 60.0
+"""The least time a timed run's final evaluation games get (``final_eval_limit_s``)."""
+
+
+def final_eval_limit_s(minutes: float) -> float | None:
+    """How long the final evaluation's games of a run of ``minutes`` may take: half the run,
+    at least ``FINAL_EVAL_MIN_S`` (a 3-minute go13 run spent 7 minutes on 2 games); None (no
+    limit) for a run without a time budget. Games still going then stop and are counted as
+    such in eval.jsonl (``unfinished``)."""
+    return max(FINAL_EVAL_MIN_S, minutes * 30.0) if minutes else None
 
 
 def _eval_rows(run_dir: Path) -> list[dict[str, Any]]:
