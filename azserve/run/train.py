@@ -571,12 +571,17 @@ class Training:
     def _final_eval_plan(self, previous: Path | None) -> str:
         """What the final evaluation will do and, from the run's last evaluations, about how
         long it takes: on a slow machine a short run's final games can outlast the run."""
+        from actors.games import make_game
+
         e = self.cfg.eval
-        parts = [f"benchmarks at {e.sims} simulations"] if e.sims else []
+        names = [b.name for b in make_game(self.cfg.game).benchmarks()]
+        bench = f"the {', '.join(names)} benchmark"
+        parts = [f"{bench} at {e.sims} simulations" if e.sims else f"{bench}, raw policy"]
+        parts = parts if names else []
         if e.match_games:
             rivals = "random" + (" and the previous checkpoint" if previous else "")
             parts.append(f"{e.match_games} games against {rivals} at {e.match_sims} simulations")
-        plan = ", ".join(parts) or "the raw policy's benchmarks"
+        plan = ", ".join(parts) or "nothing to score (no benchmark, eval.match_games = 0)"
         took = [r["eval_s"] for r in _eval_rows(self.run_dir) if "eval_s" in r]
         if not took:
             return plan + " (no evaluation of this run yet to time it by)"
