@@ -136,7 +136,7 @@ def test_a_match_stops_its_games_at_its_deadline() -> None:
 
 
 def test_a_timed_runs_final_evaluation_gets_half_the_run() -> None:
-    from azserve.run.train import FINAL_EVAL_MIN_S, final_eval_limit_s
+    from azserve.run.evaluations import FINAL_EVAL_MIN_S, final_eval_limit_s
 
     assert final_eval_limit_s(0) is None  # no time budget: no limit
     assert final_eval_limit_s(1) == FINAL_EVAL_MIN_S  # a 1-minute run: still a minute

@@ -46,6 +46,7 @@ TORCH_ALLOWED = (
     "azserve.arena.ladder.schedule",  # the same
     "azserve.arena.pool",  # one torch thread per worker process of match and ladder
     "azserve.run.train",
+    "azserve.run.evaluations",  # scores checkpoints in-process, one torch thread
     "azserve.run.compare",  # scores checkpoints in-process, as train does
     "azserve.perf",
 )

@@ -14,7 +14,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +25,11 @@ from azserve.errors import AzserveError, ConfigError
 from azserve.metrics import RateMeter
 from azserve.run.actor_lives import KILLED_IN_PLAY, actor_lives, killed_in_play
 from azserve.run.display import Display, Row, bar, human, pct
+from azserve.run.evaluations import RunEvaluations
 from azserve.run.ladder_rounds import LadderRounds, rating_text
 from azserve.run.supervisor import Child, azserve_argv, child_env
 from azserve.sync_client import SyncClient
-from learner.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+from learner.checkpoint import latest_checkpoint, load_checkpoint
 from learner.runlog import read_metrics
 
 log = logging.getLogger("azserve.run.train")
@@ -124,11 +124,8 @@ class Training:
         self.snap = Snapshot()
         self._rates = RateMeter()
         self._stop_reason = ""
-        self._eval_thread: threading.Thread | None = None
-        self._evaluated: set[Path] = set()
         self._server_rows: dict[str, float] = {}
-        self._tb: Any = None
-        self._tb_lock = threading.Lock()
+        self._evals = RunEvaluations(self.cfg, run_dir, self.display.note)
         self._server_status: dict[str, dict[str, Any]] = {}
         self._ladder = LadderRounds(self.cfg, run_dir)
 
@@ -230,9 +227,8 @@ class Training:
             # finished, for compare, or replace a resumed run's own).
             self.display.note(f"stopped: {self._stop_reason}; fix the config and run again")
             return code
-        self._final_eval()
-        if self._tb is not None:
-            self._tb.close()
+        self._evals.final()
+        self._evals.close()
         self._report()
         self.display.note(self.write_summary())
         self.display.note(f"stopped: {self._stop_reason}; outputs in {self.run_dir}")
@@ -378,7 +374,7 @@ class Training:
                 self._show()
             if t.eval_every_s and now - last_eval >= t.eval_every_s:
                 last_eval = now
-                self._start_eval(full=False)
+                self._evals.start()
             self._ladder.tick(now)
         return 0
 
@@ -402,8 +398,7 @@ class Training:
         for c in self.children:
             if c.name.startswith("server"):
                 c.stop(timeout=20)
-        if self._eval_thread is not None:
-            self._eval_thread.join()
+        self._evals.join()
 
     # --- status ----------------------------------------------------------------------------------
 
@@ -487,109 +482,7 @@ class Training:
             ]
         )
 
-    # --- evaluation and report -------------------------------------------------------------------
-
-    def _start_eval(self, full: bool) -> None:
-        if self._eval_thread is not None and self._eval_thread.is_alive():
-            return
-        found = list_checkpoints(self.run_dir / self.cfg.checkpoint.dir)
-        if not found or found[-1][1] in self._evaluated:
-            return
-        path = found[-1][1]
-        previous = found[0][1] if len(found) > 1 else None
-        self._evaluated.add(path)
-        self._eval_thread = threading.Thread(
-            target=self._evaluate, args=(path, previous, full), daemon=True
-        )
-        self._eval_thread.start()
-
-    def _evaluate(
-        self, path: Path, previous: Path | None, full: bool, deadline: float | None = None
-    ) -> str | None:
-        """Score checkpoint ``path`` into eval.jsonl and TensorBoard; its figures in words (None
-        when it could not be scored). Match games still going at ``deadline`` stop."""
-        import torch
-
-        from actors.games import make_game
-        from azserve.arena.evaluate import evaluate_checkpoint, scores_text
-
-        torch.set_num_threads(1)
-        t0 = time.monotonic()
-        try:
-            meta = load_checkpoint(path).meta
-            result = evaluate_checkpoint(self.cfg, path, full, previous, deadline)
-        except (AzserveError, OSError) as exc:  # e.g. a checkpoint pruned while the run goes on
-            log.warning("evaluation of %s skipped: %s", path.name, exc)
-            return None
-        row = {
-            "time": time.time(),
-            "step": meta.step,
-            "version": meta.version,
-            "full": full,
-            "eval_s": time.monotonic() - t0,
-            **result,
-        }
-        with (self.run_dir / "eval.jsonl").open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        self._tb_eval(result, meta.step)
-        text = scores_text(result, make_game(self.cfg.game).benchmarks())
-        log.info(
-            "eval of step %d (v%d) in %.0f s: %s", meta.step, meta.version, row["eval_s"], text
-        )
-        return text
-
-    def _tb_eval(self, result: dict[str, Any], step: int) -> None:
-        """Evaluation scalars beside the learner's in ``tb/`` (grouped ``eval/``)."""
-        from torch.utils.tensorboard import SummaryWriter
-
-        from azserve.arena.evaluate import eval_scalars
-
-        with self._tb_lock:
-            if self._tb is None:
-                self._tb = SummaryWriter(str(self.run_dir / "tb"), filename_suffix=".eval")
-            for tag, value in eval_scalars(result).items():
-                self._tb.add_scalar(tag, value, step)
-            self._tb.flush()
-
-    def _final_eval(self) -> None:
-        path = latest_checkpoint(self.run_dir / self.cfg.checkpoint.dir)
-        if path is None:
-            return
-        found = list_checkpoints(self.run_dir / self.cfg.checkpoint.dir)
-        previous = found[0][1] if len(found) > 1 else None
-        limit = final_eval_limit_s(self.cfg.train.minutes)
-        plan = self._final_eval_plan(previous)
-        if limit is not None:
-            plan += f"; its games stop after {limit:.0f} s"
-        self.display.note(f"final evaluation of {path.name}: {plan}")
-        t0 = time.monotonic()
-        deadline = None if limit is None else t0 + limit
-        text = self._evaluate(path, previous, full=True, deadline=deadline)
-        if text is not None:
-            self.display.note(f"final evaluation in {time.monotonic() - t0:.0f} s: {text}")
-
-    def _final_eval_plan(self, previous: Path | None) -> str:
-        """What the final evaluation will do and, from the run's last evaluations, about how
-        long it takes: on a slow machine a short run's final games can outlast the run."""
-        from actors.games import make_game
-
-        e = self.cfg.eval
-        names = [b.name for b in make_game(self.cfg.game).benchmarks()]
-        bench = f"the {', '.join(names)} benchmark"
-        parts = [f"{bench} at {e.sims} simulations" if e.sims else f"{bench}, raw policy"]
-        parts = parts if names else []
-        if e.match_games:
-            rivals = "random" + (" and the previous checkpoint" if previous else "")
-            parts.append(f"{e.match_games} games against {rivals} at {e.match_sims} simulations")
-        plan = ", ".join(parts) or "nothing to score (no benchmark, eval.match_games = 0)"
-        took = [r["eval_s"] for r in _eval_rows(self.run_dir) if "eval_s" in r]
-        if not took:
-            return plan + " (no evaluation of this run yet to time it by)"
-        hint = ""
-        budget = self.cfg.train.minutes * 60
-        if budget and max(took) > budget / 2:
-            hint = "; longer than half the run: --set eval.match_games=0 skips the games"
-        return plan + f" (the run's evaluations took up to {max(took):.0f} s{hint})"
+    # --- report --------------------------------------------------------------------------------
 
     def _report(self) -> None:
         from azserve.run.report import write_report
@@ -599,24 +492,6 @@ class Training:
             self.display.note(f"report: {out}")
         except (OSError, ValueError) as exc:
             log.warning("no report: %s", exc)
-
-
-FINAL_EVAL_MIN_S = 60.0
-"""The least time a timed run's final evaluation games get (``final_eval_limit_s``)."""
-
-
-def final_eval_limit_s(minutes: float) -> float | None:
-    """How long the final evaluation's games of a run of ``minutes`` may take: half the run,
-    at least ``FINAL_EVAL_MIN_S`` (a 3-minute go13 run spent 7 minutes on 2 games); None (no
-    limit) for a run without a time budget. Games still going then stop and are counted as
-    such in eval.jsonl (``unfinished``)."""
-    return max(FINAL_EVAL_MIN_S, minutes * 30.0) if minutes else None
-
-
-def _eval_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """The rows of the run's eval.jsonl so far (a torn last line skipped; none without one)."""
-    path = run_dir / "eval.jsonl"
-    return read_metrics(path) if path.exists() else []
 
 
 def _fraction(s: Snapshot, t: Any) -> float:
