@@ -359,6 +359,25 @@ def one_cluster_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]
         yield
 
 
+LOCK_WAIT_S = 600
+"""What a ``cluster`` test's timeout grows by: the longest wait for the lock above, while the
+other worker runs the other cluster tests (about 250 s together here), with room to spare."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A cluster test's own timeout (its marker, else the ini's) plus ``LOCK_WAIT_S``: pytest-
+    timeout counts the fixture that waits for the lock, and a test should fail by name for its
+    own hang, not for the queue (``-m cluster`` alone on two workers queued one for 120 s)."""
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        if item.get_closest_marker("cluster") is None:
+            continue
+        own = item.get_closest_marker("timeout")
+        seconds = float(own.args[0]) if own is not None and own.args else default
+        if seconds:
+            item.add_marker(pytest.mark.timeout(seconds + LOCK_WAIT_S), append=False)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """``make test`` sets AZSERVE_REQUIRE_COMPILED=1: the compiled MCTS tests must run, not be
     skipped because the optional C extension failed to build or is stale."""
