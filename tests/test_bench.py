@@ -192,3 +192,20 @@ def test_bench_swap(tmp_path: Path) -> None:
     # Publishing to two servers waits for both acks.
     assert set(r["publish_ms"]) == {"1", "2"}
     assert all(0 < r["publish_ms"][k]["p50"] <= r["publish_ms"][k]["max"] for k in ("1", "2"))
+
+
+def test_the_learner_capacity_steps_a_config_that_trains_targets() -> None:
+    """`bench selfplay` times the learner on random batches: Go 9x9's default trains ownership
+    and score, so the batch must carry them (it did not, and the bench died on go9)."""
+    from azserve.config.presets import resolve_config
+    from azserve.perf.model import random_batch, time_training
+
+    cfg = load_config(
+        resolve_config("go9"),
+        ["trainer.batch_size=8", "net.blocks=2", "net.channels=32", "trainer.device=cpu"],
+    )
+    assert {"ownership", "score"} <= set(cfg.trainer.targets())
+    result = time_training(cfg, steps=1)
+    assert result["batch_size"] == 8 and result["samples_per_s"] > 0
+    batch = random_batch(cfg.net, ["ownership", "score"], 4)
+    assert batch.targets["ownership"].shape == (4, 9, 9) and batch.target_mask["score"].all()

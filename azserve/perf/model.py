@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +32,10 @@ from azserve.errors import AzserveError
 from azserve.perf.common import overrides_args, percentiles, python_argv, write_json_atomic
 from azserve.perf.load import positions
 from azserve.run.supervisor import Child, child_env
+
+if TYPE_CHECKING:
+    from azserve.model.spec import NetConfig
+    from learner.replay import Batch
 
 
 class ModelProbe:
@@ -155,25 +159,46 @@ class _Inference:
             await self.backend.aclose()
 
 
+def random_batch(net: NetConfig, targets: Sequence[str], size: int, seed: int = 0) -> Batch:
+    """``size`` random training positions of ``net``'s shapes: policies, results and every
+    one of ``targets`` (``azserve.targets``) filled in, so that a trainer whose config trains
+    them (Go's ownership and score) steps as it does on played games."""
+    from azserve.targets import target_spec
+    from learner.replay import Batch
+
+    rng = np.random.default_rng(seed)
+    extra: dict[str, np.ndarray] = {}
+    for name in targets:
+        dtype, shape = target_spec(name, size, net.obs_shape, net.num_actions)
+        if name == "reply":
+            extra[name] = rng.dirichlet(np.ones(net.num_actions), size).astype(np.float32)
+        elif np.issubdtype(dtype, np.integer):
+            extra[name] = rng.integers(-1, 2, shape).astype(dtype)
+        else:
+            extra[name] = rng.normal(0.0, 5.0, shape).astype(dtype)
+    return Batch(
+        obs=positions(size, net.obs_shape, seed=seed + 1),
+        policy=rng.dirichlet(np.ones(net.num_actions), size).astype(np.float32),
+        outcome=rng.choice([-1.0, 0.0, 1.0], size).astype(np.float32),
+        version=np.zeros(size, np.int64),
+        targets=extra,
+        target_mask={name: np.ones(size, bool) for name in targets},
+    )
+
+
 def time_training(cfg: Config, steps: int) -> dict[str, Any]:
-    """Samples/s of ``steps`` trainer steps at ``trainer.batch_size`` on random data."""
+    """Samples/s of ``steps`` trainer steps at ``trainer.batch_size`` on random data (with the
+    targets the config trains)."""
     import torch
 
     from actors.games import make_game
-    from learner.replay import Batch
     from learner.trainer import Trainer
 
     if cfg.learner.threads > 0:
         torch.set_num_threads(cfg.learner.threads)
     trainer = Trainer(cfg.net, cfg.trainer, symmetries=make_game(cfg.game).symmetries)
     bs = cfg.trainer.batch_size
-    rng = np.random.default_rng(0)
-    batch = Batch(
-        obs=positions(bs, cfg.net.obs_shape, seed=1),
-        policy=rng.dirichlet(np.ones(cfg.net.num_actions), bs).astype(np.float32),
-        outcome=rng.choice([-1.0, 0.0, 1.0], bs).astype(np.float32),
-        version=np.zeros(bs, np.int64),
-    )
+    batch = random_batch(cfg.net, trainer.targets, bs)
     trainer.step(batch)  # the first step allocates optimizer state
     t0 = time.monotonic()
     for _ in range(steps):
