@@ -47,16 +47,9 @@ def run(args: argparse.Namespace) -> int:
     from azserve.engines.gtp.serve import Starting, serve
     from azserve.engines.loading import Loading
     from azserve.engines.search import EngineSearch, engine_mcts
-    from azserve.errors import ConfigError
-
-    def check(cfg: Any, agent: Any) -> None:
-        if "gtp" not in agent.game.protocols:
-            raise ConfigError(
-                f"--checkpoint: azserve gtp plays Go; this checkpoint plays {cfg.game}"
-            )
 
     # the checkpoint: read and compiled on a thread while the handshake is answered
-    loading = Loading(args.checkpoint, args.config, args.overrides, check)
+    loading = Loading(args.checkpoint, args.config, args.overrides, "gtp", "Go")
 
     def build() -> Engine:
         cfg, agent = loading.get()

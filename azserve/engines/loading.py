@@ -6,23 +6,26 @@ net is read and compiled (13-16 s on 2 cores), where GUIs and python-chess's ``p
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 
 class Loading:
     """``agent_from_checkpoint(...)`` run on a thread from the start; ``get()`` waits for its
-    (Config, Agent), or raises what the load (or ``check(cfg, agent)``) raised."""
+    (Config, Agent), or raises what the load raised, or a ConfigError when the checkpoint's
+    game does not speak ``protocol`` (``Game.protocols``: ``azserve uci`` plays chess)."""
 
     def __init__(
         self,
         checkpoint: str,
         config: str | None,
         overrides: Sequence[str],
-        check: Callable[[Any, Any], None] = lambda cfg, agent: None,
+        protocol: str | None = None,
+        plays: str = "",
     ) -> None:
+        """``plays``: what the engine plays, for the error (``"chess"``)."""
         self._args = (checkpoint, config, list(overrides))
-        self._check = check
+        self._protocol, self._plays = protocol, plays
         self._done = threading.Event()
         self._value: tuple[Any, Any] | None = None
         self._error: BaseException | None = None
@@ -40,7 +43,13 @@ class Loading:
             torch.set_num_threads(1)
             path, config, overrides = self._args
             cfg, agent = agent_from_checkpoint(path, config, overrides, None)
-            self._check(cfg, agent)
+            if self._protocol is not None and self._protocol not in agent.game.protocols:
+                from azserve.errors import ConfigError
+
+                raise ConfigError(
+                    f"--checkpoint: azserve {self._protocol} plays {self._plays or 'other games'}; "
+                    f"this checkpoint plays {cfg.game}"
+                )
             self._value = (cfg, agent)
         except BaseException as exc:  # handed to whoever waits, in its thread
             self._error = exc

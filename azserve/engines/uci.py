@@ -24,11 +24,9 @@ move mapped to centipawns as Leela Chess Zero maps it, ``111.7 * tan(1.562 * v)`
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import math
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -414,46 +412,6 @@ def serve(engine: Engine, stdin: IO[str]) -> bool:
     return engine.done and not ended
 
 
-def run_uci(args: argparse.Namespace) -> int:
-    """The ``azserve uci`` main: the checkpoint loads in the background (``uciok`` at once),
-    its search behind the engine, UCI on stdin/stdout."""
-    from azserve.config.argtypes import package_version
-    from azserve.engines.loading import Loading
-    from azserve.engines.search import engine_mcts
-    from azserve.errors import ConfigError
-
-    def check(cfg: Any, agent: Any) -> None:
-        if "uci" not in agent.game.protocols:
-            raise ConfigError(
-                f"--checkpoint: azserve uci plays chess; this checkpoint plays {cfg.game}"
-            )
-
-    # the checkpoint: read and compiled on a thread while the handshake is answered
-    loading = Loading(args.checkpoint, args.config, args.overrides, check)
-
-    def load() -> Loaded:
-        cfg, agent = loading.get()
-        sims = cfg.eval.sims if args.sims is None else args.sims
-        print(f"azserve uci: {cfg.game}, {PLAY_ALGORITHM} search (Algorithm option; self-play's: "
-              f"{cfg.mcts.algorithm}), {sims} simulations per go "
-              "without limits; UCI on stdin/stdout", file=sys.stderr, flush=True)  # fmt: skip
-        search = EngineSearch(agent.evaluator, engine_mcts(agent.mcts_cfg))
-        return Loaded(agent.game, search, sims, cfg.mcts.algorithm)
-
-    out_lock = threading.Lock()
-
-    def emit(text: str) -> None:
-        with out_lock:
-            sys.stdout.write(text + "\n")
-            sys.stdout.flush()
-
-    # stdin -> the engine -> stdout
-    engine = Engine(load, emit, name=f"azserve {package_version()}")
-    if not serve(engine, sys.stdin):
-        loading.get()  # the input ended: a failed load still says why (exit status 2)
-    return 0
-
-
 __all__ = [
     "OPTIONS",
     "Engine",
@@ -464,5 +422,4 @@ __all__ = [
     "centipawns",
     "depth_nodes",
     "parse_go",
-    "run_uci",
 ]
