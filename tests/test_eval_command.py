@@ -133,3 +133,17 @@ def test_eval_reproduces_the_training_runs_own_final_scores(tmp_path: Path) -> N
         8,
     )
     assert scores["tictactoe"] == final["tictactoe"]
+
+
+def test_evaluations_run_eager_unless_told_to_compile() -> None:
+    """``eval.compile`` (default ``none``): an evaluation is too short to repay a compile;
+    ``backend`` keeps the run's ``backend.torch.compile``; self-play's backend is untouched."""
+    from azserve.arena.evaluate import eval_backend
+    from azserve.config.schema import load_config
+
+    cfg = load_config(None, ["backend.torch.compile=inductor"])
+    assert eval_backend(cfg).torch.compile == "none"
+    assert cfg.backend.torch.compile == "inductor"
+    assert eval_backend(load_config(None, ["eval.compile=backend"])).torch.compile == "auto"
+    jit = load_config(None, ["eval.compile=jit", "backend.threads=2"])
+    assert eval_backend(jit).torch.compile == "jit" and eval_backend(jit).threads == 2

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from actors.games import BUILTIN_GAMES, Benchmark, Game, make_game
 from azserve.arena.agent import Agent, analysis_mcts
 from azserve.arena.players import AgentPlayer, Player, RandomPlayer
 from azserve.arena.referee import GameRecord, play_game_async
+from azserve.backends.base import BackendConfig
 from azserve.config.presets import resolve_data_path
 from azserve.config.schema import Config
 from azserve.errors import ConfigError, WeightsError
@@ -117,6 +119,15 @@ def match(
     return out
 
 
+def eval_backend(cfg: Config) -> BackendConfig:
+    """The run's backend with the evaluation's ``eval.compile`` (``backend``: unchanged)."""
+    if cfg.eval.compile == "backend":
+        return cfg.backend
+    return dataclasses.replace(
+        cfg.backend, torch=dataclasses.replace(cfg.backend.torch, compile=cfg.eval.compile)
+    )
+
+
 def evaluate_checkpoint(
     cfg: Config,
     path: str | Path,
@@ -130,14 +141,16 @@ def evaluate_checkpoint(
     game = make_game(cfg.game)
     # Read both files now: during a run, retention may delete ``previous`` (the oldest kept)
     # while the benchmark below computes.
-    # Both on the serving path of the run's backend (compiled once per process, each a version).
+    # Both on the serving path of the evaluation's backend (``eval.compile``; one program per
+    # process, each a version).
     weights = load_weights_file(path)
     earlier_weights = None if previous is None else load_weights_file(previous)
-    agent = Agent(game, cfg.net, weights, analysis_mcts(cfg), backend=cfg.backend)
+    backend = eval_backend(cfg)
+    agent = Agent(game, cfg.net, weights, analysis_mcts(cfg), backend=backend)
     earlier = None
     try:
         if earlier_weights is not None:
-            earlier = Agent(game, cfg.net, earlier_weights, analysis_mcts(cfg), backend=cfg.backend)
+            earlier = Agent(game, cfg.net, earlier_weights, analysis_mcts(cfg), backend=backend)
         return _scores(cfg, agent, earlier, full, deadline)
     finally:
         agent.close()
