@@ -145,8 +145,8 @@ def test_range_checks_name_the_key() -> None:
 
 
 def test_unknown_game() -> None:
-    with pytest.raises(ConfigError, match="game: unknown game 'shogi'"):
-        load_config(TTT, ["game=shogi"])
+    with pytest.raises(ConfigError, match="game: unknown game 'xiangqi'"):
+        load_config(TTT, ["game=xiangqi"])
 
 
 def test_client_rows_over_server_batch_refused() -> None:

@@ -29,6 +29,7 @@ GAMES = {
     "go13-features": 4,
     "go19-features": 2,
     "chess": 10,  # its reference is the compiled rules (tests/test_chess_rules.py: oracles)
+    "shogi": 4,  # its reference is the compiled rules (tests/test_shogi_rules.py: oracles)
 }
 """Random games per game in tests/test_game_registry.py's lockstep (AZSERVE_RULES_SCALE
 multiplies them for a long run); a game not listed plays ``DEFAULT_GAMES``."""
@@ -80,8 +81,8 @@ def test_the_core_refuses_bad_blobs_and_illegal_moves() -> None:
         rules.legal(b"\x07" + blob[1:], b"")
     with pytest.raises(ValueError, match="not whole boards"):
         rules.legal(blob, history + b"x")
-    with pytest.raises(ValueError, match="unsupported game shogi .*knows chess, connect4, go"):
-        core.Rules("shogi")
+    with pytest.raises(ValueError, match="unsupported game xiangqi .*knows chess, connect4, go"):
+        core.Rules("xiangqi")
     with pytest.raises(ValueError, match="board size must be a whole number in 2..25"):
         core.Rules("go", 26, 7.5)
     with pytest.raises(TypeError, match="at most 3 parameters"):

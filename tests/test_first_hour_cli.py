@@ -94,7 +94,7 @@ def bad_invocations(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["compare", *ttt_run, "--label", "a", "--label", "b", "--minutes", "1"], "--label given 2 times"),
         (["analyze", "--checkpoint", str(ttt), "--sims", "-5"], "allowed 0 to 1,048,576"),
         (["analyze", "--checkpoint", str(ttt), "--input", str(tmp_path / "missing")], "missing"),
-        (["play", "--checkpoint", str(ttt), "--game", "shogi"], "invalid choice: 'shogi'"),
+        (["play", "--checkpoint", str(ttt), "--game", "xiangqi"], "invalid choice: 'xiangqi'"),
         (["eval", "--checkpoint", str(ttt), "--sims", "-1"], "allowed 0 to 1,048,576"),
         (["eval", "--checkpoint", str(ttt), "--positions", "x.tsv"], "positions are for connect4"),
         (["eval", "--checkpoint", str(c4), "--positions", str(tmp_path / "no.tsv")], "no.tsv"),

@@ -204,9 +204,9 @@ def test_render_and_registry() -> None:
     with pytest.raises(
         ValueError,
         match="known games: chess, connect4, go13, go13-features, go19, go19-features, go9, go9-features, "
-        "othello, tictactoe",
+        "othello, shogi, tictactoe",
     ):
-        make_game("shogi")
+        make_game("xiangqi")
     with pytest.raises(ValueError, match="cannot import no_such_module"):
         make_game("no_such_module:Game")
     with pytest.raises(ValueError, match="has no Game subclass named Path"):

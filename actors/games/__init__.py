@@ -4,7 +4,7 @@
 
 - a built-in name: ``tictactoe``, ``connect4``, ``othello``, ``go9``, ``go13``, ``go19``,
   ``go9-features``, ``go13-features``, ``go19-features`` (Go with the liberty, ko and
-  last-move planes), ``chess``;
+  last-move planes), ``chess``, ``shogi``;
 - a built-in name with its class's parameters, ``NAME(key=value,...)``: numbers only, e.g.
   ``chess(max_plies=256,history=1)``;
 - ``openspiel:NAME[(params)]``: any two-player, perfect-information OpenSpiel game through the
@@ -47,6 +47,7 @@ BUILTIN_GAMES: dict[str, str] = {
     "go13-features": "actors.games.go.features:GoFeatures13",
     "go19-features": "actors.games.go.features:GoFeatures19",
     "chess": "actors.games.chess.rules:Chess",
+    "shogi": "actors.games.shogi.rules:Shogi",
 }
 """Built-in game names -> ``module:Class`` (imported when first asked for)."""
 
