@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages some tests use: Debian's Slurm (controller, node daemon, srun) and munge for
-# the cluster tests, GnuGo for the Go match test. Installed only where it can be (root with
+# the cluster tests, GnuGo for the Go match test, Stockfish for chess's, Fairy-Stockfish and
+# GNU Shogi for shogi's, Chromium for azserve web's page in a browser. Installed only where it can be (root with
 # apt-get) and only when missing; elsewhere those tests skip and say why. `make test` runs
 # this first.
 set -euo pipefail
@@ -9,6 +10,9 @@ command -v srun >/dev/null && command -v slurmctld >/dev/null || missing+=(slurm
 command -v munged >/dev/null || missing+=(munge)
 { command -v gnugo || test -x /usr/games/gnugo; } >/dev/null || missing+=(gnugo)  # Debian: /usr/games
 { command -v stockfish || test -x /usr/games/stockfish; } >/dev/null || missing+=(stockfish)  # Debian: /usr/games
+{ command -v fairy-stockfish || test -x /usr/games/fairy-stockfish; } >/dev/null || missing+=(fairy-stockfish)
+{ command -v gnushogi || test -x /usr/games/gnushogi; } >/dev/null || missing+=(gnushogi)
+command -v chromium >/dev/null || missing+=(chromium)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

@@ -112,6 +112,8 @@ def bad_invocations(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["ladder", str(tmp_path / "ttt"), "--anchor", "openspiel-mcts:0"], "SIMS must be at least 1"),
         (["ladder", str(tmp_path / "ttt"), "--anchor", "random", "--anchor", "random"], "an anchor is given twice"),
         (["ladder", str(tmp_path / "ttt"), "--games", "0"], "allowed 1 to 1,000,000"),
+        (["web", str(tmp_path / "no-such-run")], "no such run directory"),
+        (["web", str(a_file)], "a file, not a run directory"),
         (["bench"], "required: BENCH"),
         (["bench", "serve", "--config", "tictactoe", "--duration", "-1"], "allowed > 0"),
         (["bench", "serve", "--config", "tictactoe", "--processes", "0"], "allowed 1 to 256"),

@@ -1,7 +1,8 @@
 """The floors of the package tree, checked on the source: every import edge of every module.
 
 Top to bottom: ``azserve.cli`` (one module per command) > ``azserve.perf``, ``azserve.run``,
-``azserve.engines`` (one floor: perf starts processes through run's supervisor) >
+``azserve.engines``, ``azserve.web`` (one floor: perf starts processes through run's
+supervisor; web reads what runs write) >
 ``azserve.arena`` > ``azserve.config`` > ``learner`` > ``actors`` > the library (the rest of
 ``azserve``). A module imports its own floor and the floors below, never above; ``learner``
 uses only ``actors.games`` of the actors. No module reaches itself through its imports, in any
@@ -90,6 +91,7 @@ FLOORS = (
     ("azserve.perf", 5),
     ("azserve.run", 5),
     ("azserve.engines", 5),
+    ("azserve.web", 5),  # reads what runs write (run's display and ladder helpers)
     ("azserve.arena", 4),
     ("azserve.config", 3),
     ("learner", 2),

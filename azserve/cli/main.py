@@ -49,6 +49,7 @@ EXAMPLES = {
     '--level 1" --games 40',
     "ladder": 'azserve ladder runs/go9 --anchor random --anchor "gtp:gnugo --mode gtp --level 1" '
     "--games 100",
+    "web": "azserve web runs/c4 runs/c4-puct --port 8080",
     "bench": "azserve bench serve --config connect4 --duration 10 --peers ''",
     "bench serve": "azserve bench serve --config connect4 --duration 10 --peers ''",
     "bench selfplay": "azserve bench selfplay --config connect4 --duration 30 --sweep sims=8,16",
@@ -76,6 +77,7 @@ COMMANDS = (
     "uci",
     "match",
     "ladder",
+    "web",
     "bench",
     "keys",
     "launch",

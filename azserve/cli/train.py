@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from azserve.cli.args import budget_args, budget_overrides, common
+from azserve.config.argtypes import int_in
 
 
 def register(sub: Any) -> None:
@@ -18,6 +20,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--no-progress", action="store_true", help="plain log lines instead of the live table"
     )
+    p.add_argument("--web", type=int_in(0, 65535), metavar="PORT",
+                   help="also serve the run's web pages on 127.0.0.1:PORT while it trains "
+                   "(azserve web; docs/web.md)")  # fmt: skip
     p.set_defaults(run=run)
 
 
@@ -26,4 +31,12 @@ def run(args: argparse.Namespace) -> int:
     from azserve.run.train import run_training
 
     cfg = load_config(args.config, budget_overrides(args))
-    return run_training(cfg, Path(args.run_dir), resume=args.resume, progress=not args.no_progress)
+    run_dir = Path(args.run_dir)
+    if args.web is None:
+        return run_training(cfg, run_dir, resume=args.resume, progress=not args.no_progress)
+    from azserve.web import run_at, serve_in_thread
+
+    run_dir.mkdir(parents=True, exist_ok=True)  # the pages show it from its first file on
+    with serve_in_thread([run_at(run_dir)], port=args.web) as web:
+        print(f"azserve train: the run's pages at {web.url}", file=sys.stderr, flush=True)
+        return run_training(cfg, run_dir, resume=args.resume, progress=not args.no_progress)
