@@ -50,7 +50,7 @@ device-rehearsal:
 	scripts/device/rehearse
 
 fuzz: venv
-	AZSERVE_FUZZ_EXAMPLES=200000 $(BIN)/python -m pytest -q tests/test_fuzz.py -p no:cacheprovider
+	AZSERVE_FUZZ_EXAMPLES=200000 AZSERVE_FUZZ_TIMEOUT_S=3600 $(BIN)/python -m pytest -q tests/test_fuzz.py tests/test_fuzz_engines.py -p no:cacheprovider
 
 lint: venv
 	$(BIN)/ruff check azserve actors learner tests

@@ -41,6 +41,8 @@ def _load(line: str) -> dict[str, Any]:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"malformed JSON: {exc.msg}") from None
+    except RecursionError:
+        raise ValueError("malformed JSON: nested too deep") from None
     if not isinstance(obj, dict):
         raise ValueError("expected a JSON object")
     return obj
@@ -108,7 +110,7 @@ def _parse_obj(obj: dict[str, Any], agent: Agent, game_name: str) -> tuple[Any, 
 def _line_id(line: str) -> Any:
     try:
         obj = json.loads(line)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     return obj.get("id") if isinstance(obj, dict) else None
 
@@ -140,6 +142,9 @@ def analyze_lines(
             out[i] = [{"id": _line_id(line), "error": str(exc), "field": exc.field}]
         except ValueError as exc:
             out[i] = [{"id": _line_id(line), "error": str(exc)}]
+        except (TypeError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+            # A field of a type the parsers did not expect: still this line's error alone.
+            out[i] = [{"id": _line_id(line), "error": f"bad request: {exc!r}"[:300]}]
     if good:
         results = agent.analyze_sync([s for _, _, s in good], sims)
         for (i, rid, state), a in zip(good, results):

@@ -117,8 +117,8 @@ class Store:
                 continue
             try:
                 g = json.loads(line)
-                pair, k = (g["pair"][0], g["pair"][1]), int(g["k"])
-            except (ValueError, KeyError, TypeError, IndexError) as e:
+                pair, k = _checked(g)
+            except (ValueError, KeyError, TypeError, IndexError, RecursionError) as e:
                 raise AzserveError(f"{self.path}:{n}: not a game record ({e})") from None
             if k != self.counts.get(pair, 0):
                 raise AzserveError(
@@ -144,6 +144,26 @@ class Store:
     def close(self) -> None:
         self._out.close()
         self._lock.close()
+
+
+def _checked(g: Any) -> tuple[tuple[str, str], int]:
+    """A record's pair and number, once every field the ladder reads back is as it writes it
+    (ValueError or TypeError naming the first that is not: a damaged line is refused when the
+    file is read, not when the fit meets it)."""
+    if not isinstance(g, dict):
+        raise TypeError(f"a {type(g).__name__}, not an object")
+    pair, k = g["pair"], g["k"]
+    if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)):
+        raise ValueError(f"pair {pair!r} is not two names")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+        raise ValueError(f"k {k!r} is not a game number")
+    if {g["black"], g["white"]} != set(pair) or g["black"] == g["white"]:
+        raise ValueError(f"black {g['black']!r} and white {g['white']!r} are not the pair")
+    if g["winner"] not in (None, 0, 1) or isinstance(g["winner"], bool):
+        raise ValueError(f"winner {g['winner']!r} is not 0, 1 or null")
+    if not isinstance(g["reason"], str):
+        raise ValueError(f"reason {g['reason']!r} is not a string")
+    return (pair[0], pair[1]), k
 
 
 def results_of(games: Iterable[dict[str, Any]]) -> list[Result]:
