@@ -28,7 +28,13 @@ from actors.sinks import TrajectorySink
 from azserve import protocol as P
 from azserve import sparse
 from azserve.client import EvalClient
-from azserve.errors import RemoteError, RequestTimeout, ServerClosed, VersionUnavailable
+from azserve.errors import (
+    RemoteError,
+    RequestTimeout,
+    ServerClosed,
+    VersionRetired,
+    VersionUnavailable,
+)
 from azserve.metrics import RateMeter
 from azserve.sparse import SparseRows
 from azserve.trajarrays import Policy
@@ -167,12 +173,16 @@ async def search_on_version(
 ) -> tuple[Search, SearchResult]:
     """One move's search on the game's pinned version. If the server lost that version (it
     restarted), the search waits, bounded by ``wait_s``, for the learner to restore it, and
-    starts the move again with a fresh tree; it never moves to another version. Returns the
+    starts the move again with a fresh tree; it never moves to another version (a version the
+    server retired while no lease pinned it, an actor host stopped past its lease, is given up
+    at once: ``version_retired``). Returns the
     tree used (fresh after a retry) and the result; ``GameAbandoned`` when it cannot go on."""
     deadline = None
     while True:
         try:
             return mcts, await leaves.search(mcts, state, add_noise, num_simulations)
+        except VersionRetired as exc:  # gone for good: no restore will come
+            raise GameAbandoned("version_retired", str(exc)) from None
         except VersionUnavailable as exc:
             now = time.monotonic()
             deadline = deadline if deadline is not None else now + wait_s

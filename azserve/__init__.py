@@ -16,6 +16,7 @@ from azserve.errors import (
     RemoteError,
     RequestTimeout,
     ServerClosed,
+    VersionRetired,
     VersionUnavailable,
     WeightsError,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "RemoteError",
     "RequestTimeout",
     "ServerClosed",
+    "VersionRetired",
     "VersionUnavailable",
     "WeightsError",
     *_LAZY,

@@ -33,6 +33,12 @@ class VersionUnavailable(RemoteError):
     """The requested weights version is not (or no longer) resident on the server."""
 
 
+class VersionRetired(VersionUnavailable):
+    """The server held the version and retired it while no lease pinned it (evicted, or
+    unloaded): it will not come back there, so a game pinned to it cannot go on. A server that
+    never held it (restarted) answers ``VersionUnavailable``: the learner may restore it."""
+
+
 class Overloaded(RemoteError):
     """The server refused work: queue full or memory budget exceeded."""
 
@@ -53,6 +59,7 @@ class RequestTimeout(AzserveError, TimeoutError):
 # Wire error types (the ``type`` field of an error reply) -> caller exception.
 _BY_TYPE: dict[str, type[RemoteError]] = {
     "VersionUnavailable": VersionUnavailable,
+    "VersionRetired": VersionRetired,
     "Overloaded": Overloaded,
 }
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from azserve.errors import Overloaded, VersionUnavailable
+from azserve.errors import Overloaded, VersionRetired, VersionUnavailable
+
+RETIRED_KEPT = 4096
+"""How many retired version numbers a registry remembers (8 bytes each, about)."""
 
 
 @dataclass
@@ -37,6 +40,9 @@ class VersionRegistry:
     latest: int = -1
     _versions: dict[int, _Version] = field(default_factory=dict)
     _leases: dict[str, _Lease] = field(default_factory=dict)
+    _retired: dict[int, None] = field(default_factory=dict)
+    """Versions retired while unpinned, oldest first (the last ``RETIRED_KEPT``): a request for
+    one is answered ``VersionRetired`` at once, not left to wait for a restore."""
 
     def resident(self) -> list[int]:
         return sorted(self._versions)
@@ -48,6 +54,12 @@ class VersionRegistry:
         """The version a request is served by: -1 means the latest. Raises VersionUnavailable."""
         v = self.latest if requested == -1 else requested
         if v not in self._versions:
+            if v in self._retired:
+                raise VersionRetired(
+                    "VersionRetired",
+                    f"version {v} was retired here while no lease pinned it (latest: "
+                    f"{self.latest}); it will not be restored",
+                )
             if requested == -1:
                 raise VersionUnavailable("VersionUnavailable", "the server holds no weights yet")
             raise VersionUnavailable(
@@ -95,6 +107,7 @@ class VersionRegistry:
         self._versions[version] = _Version(
             nbytes=nbytes, sha256=sha256, loaded_at=now, last_used=now
         )
+        self._retired.pop(version, None)  # loaded again: served again
         self.latest = max(self.latest, version)
 
     def sha256(self, version: int) -> str | None:
@@ -103,7 +116,16 @@ class VersionRegistry:
         return info.sha256 if info else None
 
     def remove(self, version: int) -> None:
-        self._versions.pop(version, None)
+        """Drop ``version``; one no lease pins is remembered as retired (``VersionRetired``).
+        A pinned one is not: its games wait for the learner to restore it."""
+        if self._versions.pop(version, None) is not None and version not in self.pinned():
+            self._retired[version] = None
+            while len(self._retired) > RETIRED_KEPT:
+                del self._retired[next(iter(self._retired))]
+
+    def is_retired(self, version: int) -> bool:
+        """Whether ``version`` was retired here while unpinned (``VersionRetired``)."""
+        return version in self._retired
 
     def total_bytes(self) -> int:
         return sum(v.nbytes for v in self._versions.values())

@@ -25,6 +25,7 @@ from actors.search import MCTSConfig
 from actors.selfplay import SelfPlay
 from azserve import ClientConfig, EvalClient
 from azserve.control import ControlClient
+from azserve.errors import VersionRetired, VersionUnavailable
 from azserve.versions import VersionRegistry
 from learner.checkpoint import list_checkpoints, newest_readable_checkpoint, save_checkpoint
 from learner.config import TrainerConfig
@@ -481,3 +482,53 @@ def test_the_journal_restores_games_acked_after_the_last_checkpoint(
         resumed.journal.close()
         resumed.runlog.close()
         resumed._pool.shutdown()
+
+
+async def test_a_game_whose_version_was_retired_unpinned_is_given_up_at_once(
+    make_server: MakeServer, make_control: MakeControl
+) -> None:
+    """An actor host stopped past its lease: its pins lapse, the server retires the version
+    (nothing pins it), and when the games come back they are told ``VersionRetired`` and are
+    counted ``version_retired`` at once, instead of idling ``version_wait_s`` for a restore that
+    cannot come (a load of an old unpinned version is refused)."""
+    server = await make_server(version_grace_s=60.0)
+    ctl = await make_control(server.endpoint)
+    sp, sink, client, stop, run = await run_selfplay(server.endpoint, 6, version_wait_s=300.0)
+    try:
+        await wait_for(lambda: server.versions.pinned().get(0, 0) >= 6, 10)
+        await ctl.load_weights(1, weights_blob(seed=1))
+        # The lapse and the retirement in one step of the loop: no renewal can come between.
+        server.versions.expire_leases(float("inf"))
+        await server.residency.unload(0)
+        assert server.versions.is_retired(0)
+        await wait_for(lambda: sp.stats.abandoned.get("version_retired", 0) >= 6, 60)
+        assert "version_lost" not in sp.stats.abandoned  # none waited out its 300 s
+        await wait_for(lambda: any(t.version == 1 for t, *_ in sink.items), 60)
+        assert not run.done()
+    finally:
+        stop.set()
+        await asyncio.wait_for(run, 30)
+        await client.aclose()
+
+
+def test_the_registry_remembers_what_it_retired_unpinned_and_no_more() -> None:
+    from azserve.versions import RETIRED_KEPT, VersionRegistry
+
+    reg = VersionRegistry()
+    for v in range(3):
+        reg.add(v, 10, "x", now=0.0)
+    reg.update_lease("actor", {1: 2}, 30.0, now=0.0)
+    reg.remove(0)  # nothing pins it: gone for good
+    reg.remove(1)  # pinned: a restore may come
+    assert reg.is_retired(0) and not reg.is_retired(1)
+    with pytest.raises(VersionRetired, match="version 0 was retired here"):
+        reg.resolve(0)
+    with pytest.raises(VersionUnavailable) as got:
+        reg.resolve(1)
+    assert not isinstance(got.value, VersionRetired)
+    reg.add(0, 10, "x", now=1.0)  # loaded again: served again
+    assert not reg.is_retired(0) and reg.resolve(0) == 0
+    for v in range(10, 10 + RETIRED_KEPT + 5):
+        reg.add(v, 1, "y", now=2.0)
+        reg.remove(v)
+    assert not reg.is_retired(10) and reg.is_retired(9 + RETIRED_KEPT + 5)

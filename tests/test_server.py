@@ -25,6 +25,7 @@ from azserve import (
     RemoteError,
     RequestTimeout,
     SyncClient,
+    VersionRetired,
     VersionUnavailable,
 )
 from azserve.backends import BackendConfig, TorchConfig, make_backend
@@ -495,7 +496,7 @@ async def test_retirement_spares_versions_in_use(
     backend.gate.set()
     assert ref.matches(obs, *(await on_v0), seed=0)
     await wait_for(lambda: 0 not in server.versions)
-    with pytest.raises(VersionUnavailable, match="version 0 is not resident"):
+    with pytest.raises(VersionRetired, match="version 0 was retired here"):
         await client.evaluate(obs, version=0)
 
 

@@ -27,7 +27,8 @@ class Residency:
     """Resident versions of one server.
 
     ``busy()`` names versions with queued or computing batches (never evicted); ``on_retire``
-    is called with a version about to go, so its queued requests fail with a clear error.
+    is called with a version about to go and whether it goes for good (no lease pinned it), so
+    its queued requests fail with a clear error.
     """
 
     def __init__(
@@ -36,7 +37,7 @@ class Residency:
         backend: Backend,
         metrics: ServerMetrics,
         busy: Callable[[], set[int]],
-        on_retire: Callable[[int], None],
+        on_retire: Callable[[int, bool], None],
     ) -> None:
         self.cfg = cfg
         self.backend = backend
@@ -134,7 +135,7 @@ class Residency:
     async def unload(self, version: int) -> None:
         """Retire ``version``: requests queued for it fail, the backend releases it."""
         self.registry.remove(version)
-        self._on_retire(version)
+        self._on_retire(version, self.registry.is_retired(version))
         await self.backend.unload(version)
         log.info("version %d retired", version)
 

@@ -117,12 +117,14 @@ class Scheduler:
     def queue_rows(self) -> dict[str, int]:
         return {str(v): q.rows for v, q in self._queues.items() if q.rows}
 
-    def retire(self, version: int) -> None:
-        """Fail what is queued for a version being unloaded."""
+    def retire(self, version: int, for_good: bool = False) -> None:
+        """Fail what is queued for a version being unloaded: ``VersionRetired`` when it is
+        gone for good (no lease pinned it), else ``VersionUnavailable`` (it may be restored)."""
         q = self._queues.pop(version, None)
         if q is not None:
             self.queued_rows -= q.rows
-            self._fail(q.drain(), "VersionUnavailable", f"version {version} was retired")
+            kind = "VersionRetired" if for_good else "VersionUnavailable"
+            self._fail(q.drain(), kind, f"version {version} was retired")
 
     def fail_queued(self, type_: str, message: str) -> None:
         """Fail every queued request (shutdown, or the server failed)."""
