@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages some tests use: Debian's Slurm (controller, node daemon, srun) and munge for
 # the cluster tests, GnuGo for the Go match test, Stockfish for chess's, Fairy-Stockfish and
-# GNU Shogi for shogi's, Chromium for azserve web's page in a browser. Installed only where it can be (root with
+# GNU Shogi for shogi's, Chromium for azserve web's page in a browser, nftables for the chaos
+# fleet's network strikes. Installed only where it can be (root with
 # apt-get) and only when missing; elsewhere those tests skip and say why. `make test` runs
 # this first.
 set -euo pipefail
@@ -13,6 +14,7 @@ command -v munged >/dev/null || missing+=(munge)
 { command -v fairy-stockfish || test -x /usr/games/fairy-stockfish; } >/dev/null || missing+=(fairy-stockfish)
 { command -v gnushogi || test -x /usr/games/gnushogi; } >/dev/null || missing+=(gnushogi)
 command -v chromium >/dev/null || missing+=(chromium)
+command -v nft >/dev/null || missing+=(nftables)  # bench chaos: partitions and lossy links
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

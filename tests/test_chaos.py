@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from azserve.cli.bench import CHAOS_KINDS
 from azserve.perf.chaos import (
     GROUPS,
     KINDS,
@@ -117,6 +118,10 @@ def test_strikes_are_drawn_from_the_seed() -> None:
     kinds = {k for k, _ in picks(7)}
     targets = {t for _, t in picks(7)}
     assert kinds == set(KINDS) and targets == {"learner", *SERVERS, *GROUPS}
+    # dealt in rounds: every kind once in each run of len(KINDS) strikes
+    first = [k for k, _ in picks(7)]
+    assert all(sorted(first[i : i + 5]) == sorted(KINDS) for i in range(0, 200, 5))
+    assert CHAOS_KINDS == KINDS  # the parser's spelling of them
     assert score({"win": 3, "draw": 2, "loss": 5}) == 0.4 and score(None) is None
 
 
@@ -129,8 +134,9 @@ def test_chaos_for_ninety_seconds_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "chaos.json"
     argv = [
         sys.executable, "-m", "azserve.cli.main", "bench", "chaos", "--config", "tictactoe",
-        "--minutes", "1.5", "--interval", "5,10", "--quiet-s", "15", "--seed", "3",
-        "--games", "16", "--work-dir", str(tmp_path / "fleet"), "--json", str(out),
+        "--minutes", "1.5", "--interval", "5,10", "--quiet-s", "15", "--seed", "11",
+        "--games", "16", "--net-s", "2,6",
+        "--work-dir", str(tmp_path / "fleet"), "--json", str(out),
     ]  # fmt: skip
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=450)
     assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
@@ -148,3 +154,51 @@ def test_chaos_for_ninety_seconds_loses_nothing(tmp_path: Path) -> None:
     lines = (tmp_path / "fleet" / "chaos.jsonl").read_text().splitlines()
     strikes = [json.loads(line) for line in lines]
     assert len(strikes) == r["strikes"] and all(s["recovered_s"] is not None for s in strikes)
+    # the network's own faults among them, each healed: seed 11 deals them first (a 64 kbit/s
+    # link on s1, then s0 cut off outbound from every host), so two strikes are enough
+    faults = {s["kind"]: s["fault"] for s in strikes if s["fault"]}
+    assert {"partition", "link"} <= set(faults), [s["kind"] for s in strikes]
+    assert faults["partition"].startswith("partition ") and faults["link"].split()[0] in (
+        "loss",
+        "rate",
+    )
+
+
+def test_each_network_fault_loads_in_a_namespace_and_heals() -> None:
+    """Every script a partition or a bad link writes is one nft takes, and the heal leaves the
+    host's firewall and link as they were."""
+    import shutil
+
+    from azserve.perf.chaos import clear_fault, loss_rules, partition_rules, set_fault
+    from azserve.perf.netns import destroy_lan, make_lan
+
+    if unavailable() or shutil.which("nft") is None:
+        pytest.skip(unavailable() or "nft not installed")
+    lan = make_lan(2)
+    try:
+        host, peer = lan[0], lan[1]
+        faults = [
+            partition_rules(w, p) for w in ("both", "in", "out") for p in (None, peer.address)
+        ]
+        for fault in [*faults, loss_rules(1), loss_rules(20), "tbf 64", "tbf 1024"]:
+            set_fault(host, fault)
+            listed = host.run(["nft", "list", "ruleset"]).stdout + host.run(["tc", "qdisc"]).stdout
+            assert "azchaos" in listed or "tbf" in listed, fault
+            clear_fault(host)
+            assert "azchaos" not in host.run(["nft", "list", "ruleset"]).stdout
+            assert "tbf" not in host.run(["tc", "qdisc"]).stdout
+        # a partition from all drops what the peer sends, silently: a connection to a closed
+        # port times out instead of being refused at once; healed, it is refused again
+        probe = (
+            "import socket, sys\n"
+            "try:\n"
+            f"    socket.create_connection(({host.address!r}, 9), timeout=1.5)\n"
+            "except ConnectionRefusedError: sys.exit(0)\n"
+            "except OSError: sys.exit(3)\n"
+        )
+        set_fault(host, partition_rules("in", None))
+        assert peer.run([sys.executable, "-c", probe]).returncode == 3
+        clear_fault(host)
+        assert peer.run([sys.executable, "-c", probe]).returncode == 0
+    finally:
+        destroy_lan(lan)

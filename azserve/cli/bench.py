@@ -115,6 +115,19 @@ def register(sub: Any) -> None:
         "--games", type=int_in(1, 1 << 16), default=64, help="game coroutines per actor host"
     )
     p.add_argument(
+        "--kinds",
+        type=chaos_kinds,
+        default=CHAOS_KINDS,
+        help="comma-separated strikes, dealt in seeded rounds: kill, stop, host, partition, "
+        "link (default: all; kill,stop,host replays the runs made before network strikes)",
+    )
+    p.add_argument(
+        "--net-s",
+        type=seconds_range,
+        default=(2.0, 60.0),
+        help="seconds a partition or bad link lasts, drawn uniformly: LO,HI (2,60)",
+    )
+    p.add_argument(
         "--min-score",
         type=float_in(0, 1),
         default=0.5,
@@ -123,6 +136,21 @@ def register(sub: Any) -> None:
     p.add_argument("--work-dir", help="keep the fleet's run, logs and strikes here")
     p.add_argument("--json", help="write the result here too")
     p.set_defaults(run=_run("azserve.perf.chaos", exit_on="verdicts"))
+
+
+CHAOS_KINDS = ("kill", "stop", "host", "partition", "link")
+"""``azserve.perf.chaos.KINDS`` (spelled here so that the parser imports no bench)."""
+
+
+def chaos_kinds(text: str) -> tuple[str, ...]:
+    """An argparse type: comma-separated chaos strike kinds, each known, none twice."""
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in CHAOS_KINDS]
+    if bad or not kinds or len(set(kinds)) != len(kinds):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: name each of {', '.join(CHAOS_KINDS)} at most once"
+        )
+    return kinds
 
 
 def seconds_range(text: str) -> tuple[float, float]:

@@ -14,7 +14,18 @@ process of it, and a kind:
 - ``host``: ``kill -9`` of every process in the role's namespace at once, its watchdog
   included: a host crash as far as processes go (the kernel's page cache survives, so what the
   journal had written but not fsynced is not lost here; ``learner.journal_sync_ms`` bounds that
-  window on a real host, docs/reliability.md).
+  window on a real host, docs/reliability.md);
+- ``partition``: the role's host cut off, from every other host or from one, both ways or one
+  way, by nftables rules inside its namespace that drop packets silently (as a dead link does;
+  a veth taken down is refused at once, which a partition is not), for a time drawn from
+  ``--net-s``;
+- ``link``: the role's host behind a bad link for a time drawn from ``--net-s``: packet loss
+  of 1 to 20% each way (nftables ``numgen random``), or its sending rate held to 64-1,024
+  kbit/s with a deep queue (``tc`` ``tbf``, 500 ms of latency allowed). Delay with jitter is
+  not made: this kernel has no ``netem``.
+
+The kinds come from ``--kinds`` (all by default; ``kill,stop,host`` replays the runs made before
+the network strikes), dealt in seeded rounds so that every kind is drawn once a round.
 
 A strike waits for the previous one's recovery. Recovery, from the kill (or the ``SIGCONT``) to
 the first sign of the role working again in its log: a server goes live on a version, the
@@ -65,7 +76,10 @@ from azserve.errors import AzserveError
 from azserve.perf.netns import NetnsHost, NetnsLan, destroy_lan, make_lan, unavailable
 from azserve.run.actor_lives import KILLED_IN_PLAY, STATUS, actor_lives
 
-KINDS = ("kill", "stop", "host")
+KINDS = ("kill", "stop", "host", "partition", "link")
+NETWORK_KINDS = ("partition", "link")
+NET_S = (2.0, 60.0)
+"""Seconds a network strike lasts, drawn uniformly (``--net-s``)."""
 ROLES = ("server", "learner", "actors")
 SERVERS = ("s0", "s1")
 GROUPS = {"east": "s0", "west": "s1"}
@@ -92,9 +106,13 @@ class Strike:
     host: str
     pids: list[int]
     stop_s: float | None = None
+    fault: str = ""
+    """A network strike's fault, e.g. ``partition both ways from all`` or ``loss 7%``."""
+    fault_s: float | None = None
+    """How long a network strike lasted."""
     recovered_s: float | None = None
-    """Seconds from the kill (or the SIGCONT) to the role's first sign of work; None: not
-    within ``--recovery-s``."""
+    """Seconds from the kill (or the SIGCONT, or the network healed) to the role's first sign
+    of work; None: not within ``--recovery-s``."""
     note: str = ""
 
 
@@ -179,6 +197,70 @@ def working(target: str, text: str) -> bool:
     return any(float(m[0]) > 0 for m in STATUS.findall(text))
 
 
+def _role(target: str) -> str:
+    return "server" if target in SERVERS else "actors" if target in GROUPS else "learner"
+
+
+# --- network faults ----------------------------------------------------------------------------
+
+_TABLE = "azchaos"
+
+
+def partition_rules(way: str, peer: str | None) -> str:
+    """An nftables script dropping the host's traffic (loopback spared) ``way`` (``both``,
+    ``in``, ``out``), with every other host or only with ``peer``'s address."""
+    lines = [f"table inet {_TABLE} {{"]
+    if way in ("both", "in"):
+        match = f"ip saddr {peer} " if peer else ""
+        lines += ["  chain in {", "    type filter hook input priority 0; policy accept;",
+                  '    iifname "lo" accept', f"    {match}drop", "  }"]  # fmt: skip
+    if way in ("both", "out"):
+        match = f"ip daddr {peer} " if peer else ""
+        lines += ["  chain out {", "    type filter hook output priority 0; policy accept;",
+                  '    oifname "lo" accept', f"    {match}drop", "  }"]  # fmt: skip
+    return "\n".join([*lines, "}", ""])
+
+
+def loss_rules(pct: int) -> str:
+    """An nftables script dropping ``pct``% of the host's packets each way, at random."""
+    rule = f"numgen random mod 100 < {pct} drop"
+    return "\n".join([
+        f"table inet {_TABLE} {{",
+        "  chain in {", "    type filter hook input priority 0; policy accept;",
+        f'    iifname != "lo" {rule}', "  }",
+        "  chain out {", "    type filter hook output priority 0; policy accept;",
+        f'    oifname != "lo" {rule}', "  }",
+        "}", "",
+    ])  # fmt: skip
+
+
+def set_fault(host: NetnsHost, fault: str) -> None:
+    """Apply an nftables script, or ``tbf KBIT`` (a rate limit on the host's link)."""
+    if fault.startswith("tbf "):
+        kbit = int(fault.split()[1])
+        cmd = ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", f"{kbit}kbit",
+               "burst", "16kbit", "latency", "500ms"]  # fmt: skip
+        r = host.run(cmd)
+    else:
+        r = host.run(["nft", "-f", "-"], input=fault)
+    if r.returncode != 0:
+        raise AzserveError(f"chaos: could not set {fault!r} on {host.name}: {r.stderr.strip()}")
+
+
+def clear_fault(host: NetnsHost) -> None:
+    """Heal the host: drop the strike's table and any rate limit (either may be absent)."""
+    host.run(["nft", "delete", "table", "inet", _TABLE])
+    host.run(["tc", "qdisc", "del", "dev", "eth0", "root"])
+
+
+def network_unavailable() -> str | None:
+    """Why network strikes cannot be made here (None when they can)."""
+    missing = [c for c in ("nft", "tc") if shutil.which(c) is None]
+    if missing:
+        return f"{' and '.join(missing)} not found (Debian: apt-get install nftables iproute2)"
+    return None
+
+
 # --- the injector ------------------------------------------------------------------------------
 
 
@@ -186,17 +268,24 @@ class Injector:
     """Seeded strikes on the fleet of ``lan`` while the launcher runs."""
 
     def __init__(self, lan: NetnsLan, run_dir: Path, seed: int, interval: tuple[float, float],
-                 recovery_s: float, out: Path) -> None:  # fmt: skip
+                 recovery_s: float, out: Path, kinds: tuple[str, ...] = KINDS,
+                 net_s: tuple[float, float] = NET_S) -> None:  # fmt: skip
         self.lan = lan
         self.run_dir = run_dir
         self.rng = random.Random(seed)
         self.interval = interval
         self.recovery_s = recovery_s
         self.out = out
+        self.kinds = kinds
+        self.net_s = net_s
+        self._deck: list[str] = []
         self.strikes: list[Strike] = []
 
     def pick(self) -> tuple[str, str]:
-        kind = self.rng.choice(KINDS)
+        if not self._deck:  # a new round: every kind once, in a seeded order
+            self._deck = list(self.kinds)
+            self.rng.shuffle(self._deck)
+        kind = self._deck.pop()
         role = self.rng.choice(ROLES)
         target = (
             "learner"
@@ -214,13 +303,14 @@ class Injector:
         stop_s = round(self.rng.uniform(*STOP_S), 1) if kind == "stop" else None
         host = self.lan[HOST_OF[target]]
         log = log_path(self.run_dir, self.lan, target)
+        if kind in NETWORK_KINDS:
+            return self._network_strike(t0, kind, target, host, log, alive)
         pids = host.pids() if kind == "host" else role_pids(host, target)
         if not pids or not role_pids(host, target):
             return None
         offset = _size(log)
         s = Strike(len(self.strikes) + 1, round(time.monotonic() - t0, 1), kind,
-                   "server" if target in SERVERS else "actors" if target in GROUPS else "learner",
-                   target, host.name, pids, stop_s)  # fmt: skip
+                   _role(target), target, host.name, pids, stop_s)  # fmt: skip
         sig = signal.SIGSTOP if kind == "stop" else signal.SIGKILL
         for pid in pids:
             try:
@@ -236,6 +326,38 @@ class Injector:
                     os.kill(pid, signal.SIGCONT)
                 except ProcessLookupError:
                     pass
+        return self._recovered(s, target, log, offset, alive)
+
+    def _network_strike(
+        self, t0: float, kind: str, target: str, host: NetnsHost, log: Path, alive: Any
+    ) -> Strike:
+        """A partition or a bad link on ``target``'s host for a drawn time, then healed; the
+        recovery counts from the heal."""
+        seconds = round(self.rng.uniform(*self.net_s), 1)
+        peers = [h for h in self.lan if h.name != host.name]
+        if kind == "partition":
+            way = self.rng.choice(("both", "in", "out"))
+            peer = self.rng.choice([None, *peers])
+            fault = f"partition {way} from {peer.name if peer else 'all'}"
+            apply = partition_rules(way, peer.address if peer else None)
+        else:
+            if self.rng.random() < 0.5:
+                pct = self.rng.randint(1, 20)
+                fault, apply = f"loss {pct}%", loss_rules(pct)
+            else:
+                kbit = self.rng.choice((64, 128, 256, 512, 1024))
+                fault, apply = f"rate {kbit} kbit/s", f"tbf {kbit}"
+        s = Strike(len(self.strikes) + 1, round(time.monotonic() - t0, 1), kind, _role(target),
+                   target, host.name, [], fault=fault, fault_s=seconds)  # fmt: skip
+        set_fault(host, apply)
+        try:
+            time.sleep(seconds)
+        finally:
+            clear_fault(host)
+        return self._recovered(s, target, log, _size(log), alive)
+
+    def _recovered(self, s: Strike, target: str, log: Path, offset: int, alive: Any) -> Strike:
+        """Wait for ``target``'s first sign of work after ``offset`` of its log; log ``s``."""
         since = time.monotonic()
         while time.monotonic() - since < self.recovery_s and alive():
             if working(target, _read_from(log, offset)):
@@ -247,9 +369,10 @@ class Injector:
         self.strikes.append(s)
         with self.out.open("a") as f:
             f.write(json.dumps(asdict(s)) + "\n")
+        what = f"{s.fault} for {s.fault_s} s" if s.fault else f"pids {s.pids}"
         print(
-            f"chaos: strike {s.n} at {s.t_s:.0f} s: {kind} {target} ({host.name}, pids {pids})"
-            + (f" for {stop_s} s" if stop_s else "")
+            f"chaos: strike {s.n} at {s.t_s:.0f} s: {s.kind} {target} ({s.host}, {what})"
+            + (f" for {s.stop_s} s" if s.stop_s else "")
             + (f", back in {s.recovered_s} s" if s.recovered_s is not None else f", {s.note}"),
             flush=True,
         )
@@ -423,6 +546,12 @@ def main(args: Any) -> dict[str, Any]:
     reason = unavailable()
     if reason is not None:
         raise AzserveError(f"bench chaos needs network namespaces: {reason}")
+    kinds = tuple(args.kinds)
+    if set(kinds) & set(NETWORK_KINDS) and (why := network_unavailable()) is not None:
+        raise AzserveError(
+            f"--kinds {','.join(kinds)}: the network strikes need {why}; or leave them out "
+            "(--kinds kill,stop,host)"
+        )
     lo, hi = args.interval
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="azchaos-"))
     if work.exists() and any(work.iterdir()):
@@ -432,7 +561,8 @@ def main(args: Any) -> dict[str, Any]:
     strikes_log = work / "chaos.jsonl"
     lan = make_lan(len(HOST_OF))
     launcher: subprocess.Popen[bytes] | None = None
-    injector = Injector(lan, run_dir, args.seed, (lo, hi), args.recovery_s, strikes_log)
+    injector = Injector(lan, run_dir, args.seed, (lo, hi), args.recovery_s, strikes_log,
+                        kinds, tuple(args.net_s))  # fmt: skip
     t0 = time.monotonic()
     try:
         make_keys(lan, work / "keys")
@@ -446,7 +576,8 @@ def main(args: Any) -> dict[str, Any]:
                 start_new_session=True,
             )
         print(
-            f"chaos: seed {args.seed}, {args.minutes:g} min, strikes every {lo:g}-{hi:g} s; "
+            f"chaos: seed {args.seed}, {args.minutes:g} min, strikes ({','.join(kinds)}) every "
+            f"{lo:g}-{hi:g} s; "
             f"fleet in {work} (launch.log, chaos.jsonl)",
             flush=True,
         )
@@ -496,6 +627,8 @@ def main(args: Any) -> dict[str, Any]:
         "seed": args.seed,
         "minutes": args.minutes,
         "interval_s": [lo, hi],
+        "kinds": list(kinds),
+        "net_s": list(args.net_s),
         "recovery_bound_s": args.recovery_s,
         "config": args.config,
         **{k: v for k, v in books.items() if k != "versions_detail"},
