@@ -118,14 +118,14 @@ def register(sub: Any) -> None:
         "--kinds",
         type=chaos_kinds,
         default=CHAOS_KINDS,
-        help="comma-separated strikes, dealt in seeded rounds: kill, stop, host, partition, "
-        "link (default: all; kill,stop,host replays the runs made before network strikes)",
+        help="comma-separated strikes, dealt in seeded rounds, of kill, stop, host, partition, "
+        "link (kill,stop,host replays the runs made before the network strikes)",
     )
     p.add_argument(
         "--net-s",
         type=seconds_range,
         default=(2.0, 60.0),
-        help="seconds a partition or bad link lasts, drawn uniformly: LO,HI (2,60)",
+        help="seconds a partition or bad link lasts, drawn uniformly: LO,HI",
     )
     p.add_argument(
         "--min-score",
