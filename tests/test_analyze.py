@@ -263,10 +263,11 @@ def test_analyze_subprocess(checkpoint: Path) -> None:
 
 
 def test_a_checkpoint_is_evaluated_on_its_configs_compiled_backend(tmp_path: Path) -> None:
-    """``backend.*`` of the checkpoint's config is honoured in-process as by the server: a
-    Go net whose config compiles (inductor, one bucket) runs on the compiled graph, in the
-    plan's dtype, and agrees with eager fp32 on the same weights; two agents of that net
-    share the backend (one compile), each its own version; closing one leaves the other."""
+    """``backend.*`` of the checkpoint's config is honoured in-process as by the server when
+    ``eval.compile = "backend"`` (the default, ``none``, runs analysis eager): a Go net whose
+    config compiles (inductor, one bucket) runs on the compiled graph, in the plan's dtype, and
+    agrees with eager fp32 on the same weights; two agents of that net share the backend (one
+    compile), each its own version; closing one leaves the other."""
     cfg = load_config(
         REPO / "configs" / "go9-alphazero.toml",
         [
@@ -274,6 +275,7 @@ def test_a_checkpoint_is_evaluated_on_its_configs_compiled_backend(tmp_path: Pat
             "net.channels=8",
             "backend.torch.compile=inductor",
             "backend.torch.batch_buckets=[8]",
+            "eval.compile=backend",
         ],
     )
     trainer = Trainer(replace(cfg.net, seed=5), replace(cfg.trainer, device="cpu"))

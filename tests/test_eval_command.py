@@ -138,7 +138,7 @@ def test_eval_reproduces_the_training_runs_own_final_scores(tmp_path: Path) -> N
 def test_evaluations_run_eager_unless_told_to_compile() -> None:
     """``eval.compile`` (default ``none``): an evaluation is too short to repay a compile;
     ``backend`` keeps the run's ``backend.torch.compile``; self-play's backend is untouched."""
-    from azserve.arena.evaluate import eval_backend
+    from azserve.arena.agent import eval_backend
     from azserve.config.schema import load_config
 
     cfg = load_config(None, ["backend.torch.compile=inductor"])

@@ -268,7 +268,18 @@ def agent_from_checkpoint(
         # Another encoding of the same rules (go9-features for go9) plays the same games.
         raise ConfigError(f"--game {game}: the checkpoint plays {cfg.game}")
     state = load_weights_file(path)
-    return cfg, Agent(make_game(cfg.game), cfg.net, state, analysis_mcts(cfg), backend=cfg.backend)
+    return cfg, Agent(
+        make_game(cfg.game), cfg.net, state, analysis_mcts(cfg), backend=eval_backend(cfg)
+    )
+
+
+def eval_backend(cfg: Config) -> BackendConfig:
+    """The run's backend with ``eval.compile`` (``backend``: unchanged): how evaluation,
+    analysis and the engines run the net (an engine's net compiled took 49 s before ``readyok``
+    for shogi's 4x64 net, for no gain at one position at a time)."""
+    if cfg.eval.compile == "backend":
+        return cfg.backend
+    return replace(cfg.backend, torch=replace(cfg.backend.torch, compile=cfg.eval.compile))
 
 
 def analysis_mcts(cfg: Config) -> MCTSConfig:

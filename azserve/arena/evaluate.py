@@ -2,7 +2,8 @@
 
 - Benchmarks: what the game scores itself on (``Game.benchmarks()``, actors/games/benchmark.py):
   tic-tac-toe the share of optimal moves over every reachable position, Connect Four the
-  mistake rate per set of positions with exact scores; raw policy and MCTS.
+  mistake rate per set of positions with exact scores, chess the blunder rate against
+  Stockfish's score of every move; raw policy and MCTS.
 - Matches: win/draw/loss against uniform random play and against an earlier version.
 
 ``azserve eval --checkpoint RUN`` runs the benchmarks, or a match against random play for a
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -22,10 +22,9 @@ from typing import Any
 import numpy as np
 
 from actors.games import BUILTIN_GAMES, Benchmark, Game, make_game
-from azserve.arena.agent import Agent, analysis_mcts
+from azserve.arena.agent import Agent, analysis_mcts, eval_backend
 from azserve.arena.players import AgentPlayer, Player, RandomPlayer
 from azserve.arena.referee import GameRecord, play_game_async
-from azserve.backends.base import BackendConfig
 from azserve.config.presets import resolve_data_path
 from azserve.config.schema import Config
 from azserve.errors import ConfigError, WeightsError
@@ -117,15 +116,6 @@ def match(
     if deadline is not None:
         out["unfinished"] = sum(r is None for r in records)
     return out
-
-
-def eval_backend(cfg: Config) -> BackendConfig:
-    """The run's backend with the evaluation's ``eval.compile`` (``backend``: unchanged)."""
-    if cfg.eval.compile == "backend":
-        return cfg.backend
-    return dataclasses.replace(
-        cfg.backend, torch=dataclasses.replace(cfg.backend.torch, compile=cfg.eval.compile)
-    )
 
 
 def evaluate_checkpoint(

@@ -64,10 +64,13 @@ class EvalConfig:
     c4_limit: int = 0
     """Score only the first N benchmark positions (0 = all)."""
     compile: Literal["none", "jit", "inductor", "auto", "backend"] = "none"
-    """How the evaluation's net runs (``azserve eval``, a run's evaluations): as
+    """How the net runs for evaluation and analysis (``azserve eval``, a run's evaluations,
+    ``analyze``, ``play`` and the engines ``gtp``, ``uci``, ``usi``): as
     ``backend.torch.compile``, or ``backend`` for the run's own setting. ``none`` by default:
-    an evaluation is short and compiling costs more than it saves (Connect Four's ``azserve
-    eval``: 45.5 s compiled, 25.6 s eager, on 2 cores). Self-play keeps ``backend.*``."""
+    these are short or one position at a time, and compiling costs more than it saves
+    (Connect Four's ``azserve eval``: 45.5 s compiled, 25.6 s eager; ``azserve usi`` on a 4x64
+    net: ``readyok`` after 49 s compiled, 3-4 s eager, and no faster search; 2 cores).
+    Self-play, matches and the ladder keep ``backend.*``."""
 
 
 @dataclass(frozen=True)
