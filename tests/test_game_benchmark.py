@@ -108,9 +108,9 @@ def test_series_read_numbers_and_per_set_rates() -> None:
 
 
 def test_runs_are_read_with_their_games_benchmarks(nim_dir: Path) -> None:
-    assert set(benchmarks_by_name()) == {"tictactoe", "connect4"}  # the built-in games'
+    assert set(benchmarks_by_name()) == {"tictactoe", "connect4", "chess"}  # the built-in games'
     assert set(benchmarks_by_name("nim.py:Nim")) == {"nim"}
     assert benchmarks_by_name("othello") == {}
     # A game file gone since the run: read as the built-in games are.
-    assert set(benchmarks_by_name("gone.py:Nim")) == {"tictactoe", "connect4"}
+    assert set(benchmarks_by_name("gone.py:Nim")) == {"tictactoe", "connect4", "chess"}
     assert make_game("nim.py:Nim").benchmarks()[0].name == "nim"

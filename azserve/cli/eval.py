@@ -13,11 +13,13 @@ from azserve.config.argtypes import int_in
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "eval",
-        help="score a checkpoint: mistake rates, optimality or matches (JSON out)",
+        help="score a checkpoint: mistake rates, optimality, blunders or matches (JSON out)",
         description="Score a checkpoint as training does at its end: Connect Four, the "
         "mistake rate per benchmark set (a move that changes the game-theoretic outcome); "
-        "tic-tac-toe, the share of optimal moves over every reachable position; other games, "
-        "a match against uniform random play. Raw policy always, MCTS with --sims > 0.",
+        "tic-tac-toe, the share of optimal moves over every reachable position; chess, the "
+        "blunder rate, centipawn loss and mates found against Stockfish's score of every legal "
+        "move in a shipped set of positions; other games, a match against uniform random play. "
+        "Raw policy always, MCTS with --sims > 0.",
     )
     common(p, config_required=False)
     checkpoint_arg(p)

@@ -40,6 +40,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from actors.games.base import Game
+from actors.games.benchmark import Benchmark
+from actors.games.chess.benchmark import MoveQuality
 from actors.games.chess.pgn import pgn_record
 
 START_FEN = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
@@ -208,6 +210,10 @@ class Chess(Game):
             return None
         lead = int(_MATERIAL[board].sum())  # white's
         return float(lead if b[64] == 0 else -lead)
+
+    def benchmarks(self) -> tuple[Benchmark, ...]:
+        # Every legal move of a fixed set of positions scored by Stockfish (benchmark.py).
+        return (MoveQuality(),)
 
     def symmetries(
         self, obs: np.ndarray, policy: np.ndarray
