@@ -1,13 +1,14 @@
-"""The engines' speed as a user sees it (docs/benchmarks.md, "The engines"): ``azserve uci`` and
-``azserve gtp`` run as processes, driven over their pipes, one JSON line out.
+"""The engines' speed as a user sees it (docs/benchmarks.md, "The engines"): ``azserve uci``,
+``azserve usi`` and ``azserve gtp`` run as processes, driven over their pipes, one JSON line out.
 
     python scripts/engine_speed.py make CONFIG DIR   # random weights at CONFIG's net size
     python scripts/engine_speed.py uci CHECKPOINT [--nodes 200] [--repeat 5]
+    python scripts/engine_speed.py usi CHECKPOINT [--nodes 200] [--repeat 5]
     python scripts/engine_speed.py gtp CHECKPOINT [--sims 200] [--repeat 5]
 
-uci: seconds to ``uciok`` and to ``readyok`` (the net loaded), then ``go nodes N`` from
-``repeat`` different positions (``ucinewgame`` before each, so no tree is reused): the wall
-time from ``go`` to ``bestmove`` and the nodes per second that gives. gtp: seconds to the first
+uci (usi the same, on shogi): seconds to ``uciok`` and to ``readyok`` (the net loaded), then
+``go nodes N`` from ``repeat`` different positions (``ucinewgame`` before each, so no tree is
+reused): the wall time from ``go`` to ``bestmove`` and the nodes per second that gives. gtp: seconds to the first
 answer (``protocol_version``), then ``genmove`` at ``--sims N`` from ``repeat`` fresh boards.
 Extra arguments after ``--`` go to the command (``-- --set mcts.core=python``).
 """
@@ -23,6 +24,7 @@ import time
 from typing import IO
 
 OPENINGS = ["", "e2e4", "d2d4", "g1f3", "c2c4", "e2e4 c7c5", "d2d4 g8f6", "e2e4 e7e5"]
+SHOGI_OPENINGS = ["", "7g7f", "2g2f", "7g7f 3c3d", "2g2f 8c8d", "7g7f 8c8d", "6i7h", "5g5f"]
 GO_OPENINGS = ["", "E5", "C3", "G7", "D4"]
 
 
@@ -37,9 +39,12 @@ def until(out: IO[str], prefix: str) -> list[str]:
 
 
 def uci(args: argparse.Namespace) -> dict[str, object]:
+    """``azserve uci`` or, with ``args.engine == "usi"``, ``azserve usi``: the same session."""
+    word = args.engine
+    openings = SHOGI_OPENINGS if word == "usi" else OPENINGS
     t0 = time.monotonic()
     p = subprocess.Popen(
-        [sys.executable, "-m", "azserve.cli.main", "uci", "--checkpoint", args.checkpoint, *args.extra],
+        [sys.executable, "-m", "azserve.cli.main", word, "--checkpoint", args.checkpoint, *args.extra],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
     )  # fmt: skip
     assert p.stdin is not None and p.stdout is not None
@@ -48,16 +53,16 @@ def uci(args: argparse.Namespace) -> dict[str, object]:
         p.stdin.write(line + "\n")  # type: ignore[union-attr]
         p.stdin.flush()  # type: ignore[union-attr]
 
-    send("uci")
-    until(p.stdout, "uciok")
+    send(word)
+    until(p.stdout, f"{word}ok")
     uciok = time.monotonic() - t0
     send("isready")
     until(p.stdout, "readyok")
     readyok = time.monotonic() - t0
     runs = []
     for i in range(args.repeat):
-        moves = OPENINGS[i % len(OPENINGS)]
-        send("ucinewgame")
+        moves = openings[i % len(openings)]
+        send(f"{word}newgame")
         send("position startpos" + (f" moves {moves}" if moves else ""))
         send("isready")
         until(p.stdout, "readyok")
@@ -71,7 +76,7 @@ def uci(args: argparse.Namespace) -> dict[str, object]:
     send("quit")
     p.wait(timeout=60)
     nps = [r["nps"] for r in runs]
-    return {"command": "uci", "nodes": args.nodes, "uciok_s": round(uciok, 2),
+    return {"command": word, "nodes": args.nodes, f"{word}ok_s": round(uciok, 2),
             "readyok_s": round(readyok, 2), "median_nps": statistics.median(nps), "runs": runs}  # fmt: skip
 
 
@@ -131,14 +136,14 @@ def make(args: argparse.Namespace) -> dict[str, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("engine", choices=["make", "uci", "gtp"])
+    ap.add_argument("engine", choices=["make", "uci", "usi", "gtp"])
     ap.add_argument("checkpoint", help="make: a config name")
     ap.add_argument("--nodes", type=int, default=200, help="uci: go nodes N")
     ap.add_argument("--sims", type=int, default=200, help="gtp: --sims N")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("extra", nargs="*", help="after --: more arguments for the command")
     args = ap.parse_args()
-    print(json.dumps({"make": make, "uci": uci, "gtp": gtp}[args.engine](args)))
+    print(json.dumps({"make": make, "uci": uci, "usi": uci, "gtp": gtp}[args.engine](args)))
 
 
 if __name__ == "__main__":

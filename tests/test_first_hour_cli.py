@@ -104,6 +104,8 @@ def bad_invocations(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["gtp", "--checkpoint", str(ttt), "--sims", "-2"], "allowed 0 to 1,048,576"),
         (["uci", "--checkpoint", str(ttt)], "azserve uci plays chess; this checkpoint plays tictactoe"),
         (["uci", "--checkpoint", str(ttt), "--sims", "-2"], "allowed 0 to 1,048,576"),
+        (["usi", "--checkpoint", str(ttt)], "azserve usi plays shogi; this checkpoint plays tictactoe"),
+        (["usi", "--checkpoint", str(ttt), "--sims", "-2"], "allowed 0 to 1,048,576"),
         (["match", "--checkpoint", str(ttt), "--opponent", "x", "--games", "0"], "allowed 1 to 100,000"),
         (["match", "--checkpoint", str(ttt), "--opponent", "openspiel-mcts:0", "--out", str(tmp_path / "m")], "SIMS must be at least 1"),
         (["match", "--checkpoint", str(ttt), "--opponent", "openspiel-mcts:x", "--out", str(tmp_path / "m")], "expected openspiel-mcts:SIMS"),

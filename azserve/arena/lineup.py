@@ -93,7 +93,7 @@ class Lineup:
         if kind == "checkpoint":
             agent, sims = self.agent(arg)
             return AgentPlayer(agent, sims, self.sample_moves, seed, name=name)
-        if kind in ("gtp", "uci"):  # one engine process per player, kept between games
+        if kind in ("gtp", "uci", "usi"):  # one engine process per player, kept between games
             if name not in self._engines:
                 log = log or self.log_dir / (re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:80] + ".log")
                 self._engines[name] = make_player(spec, seed, log)

@@ -1,14 +1,15 @@
 """``azserve match``: a checkpoint against another player, game after game, colours alternating;
 the referee (``azserve.arena.referee``) checks every move, scores every game and cross-checks the
 score with the opponent's own; each game is written down as its game keeps records
-(``Game.record``: SGF for Go, PGN for chess, text otherwise), and the result is the win rate
-with a 95% confidence interval. Disputed games (the opponent scores another winner, or
+(``Game.record``: SGF for Go, PGN for chess, CSA for shogi, text otherwise), and the result is
+the win rate with a 95% confidence interval. Disputed games (the opponent scores another winner, or
 refuses a legal move) count for neither side and are listed with both scores.
 
 Opponents (``azserve.arena.players``): any GTP engine (``gnugo --mode gtp --level 1``: GnuGo is
 run with ``--chinese-rules --capture-all-dead --positional-superko``, so that the game is played
-out under our rules), ``openspiel-mcts:SIMS``, ``random``, another ``checkpoint:PATH``, and for
-chess a UCI engine (``uci:stockfish;Skill Level=0;movetime=50``) or ``greedy``.
+out under our rules), ``openspiel-mcts:SIMS``, ``random``, another ``checkpoint:PATH``, for
+chess a UCI engine (``uci:stockfish;Skill Level=0;movetime=50``), for shogi a USI engine
+(``usi:fairy-stockfish;Skill Level=-20;byoyomi=50``), and for both ``greedy``.
 """
 
 from __future__ import annotations

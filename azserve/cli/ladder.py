@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
         action="append",
         help='a fixed opponent, repeatable: random, gtp:CMD ("gtp:gnugo --mode gtp --level '
         '1"), openspiel-mcts:SIMS, checkpoint:PATH, for chess greedy or uci:CMD[;OPTION=VALUE...] '
-        "(default: random)",
+        ", for shogi greedy or usi:CMD[;OPTION=VALUE...] (default: random)",
     )
     p.add_argument("--games", type=int_in(1, 1_000_000), default=50,
                    help="new games to play in this invocation")  # fmt: skip

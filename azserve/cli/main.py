@@ -26,8 +26,8 @@ AlphaZero-style self-play at high throughput: coroutine actors, a dynamic-batchi
 server and a learner that hot-swaps weights. The subcommands that read a run config take
 --config (a TOML file, or the name of a shipped config: tictactoe, connect4, go9, ...) and any
 number of --set SECTION.KEY=VALUE; a checkpoint carries its config, so --checkpoint alone is
-enough for serve, analyze, play, eval, gtp, uci and match; status and keys take no config. Extra
-overrides may also come from the environment: AZSERVE_SET="train.steps=20 eval.sims=8"
+enough for serve, analyze, play, eval, gtp, uci, usi and match; status and keys take no config.
+Extra overrides may also come from the environment: AZSERVE_SET="train.steps=20 eval.sims=8"
 (space-separated, applied after the command line's)."""
 
 EXAMPLES = {
@@ -45,6 +45,7 @@ EXAMPLES = {
     "eval": "azserve eval --checkpoint runs/c4 --sims 16 --json runs/c4/scores.json",
     "gtp": "azserve gtp --checkpoint runs/go9 --sims 64",
     "uci": "azserve uci --checkpoint runs/chess --sims 64",
+    "usi": "azserve usi --checkpoint runs/shogi --sims 64",
     "match": 'azserve match --config go9 --checkpoint runs/go9 --opponent "gnugo --mode gtp '
     '--level 1" --games 40',
     "ladder": 'azserve ladder runs/go9 --anchor random --anchor "gtp:gnugo --mode gtp --level 1" '
@@ -75,6 +76,7 @@ COMMANDS = (
     "eval",
     "gtp",
     "uci",
+    "usi",
     "match",
     "ladder",
     "web",

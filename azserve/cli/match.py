@@ -14,9 +14,10 @@ def register(sub: Any) -> None:
         "match",
         help="a checkpoint against a GTP engine or OpenSpiel's MCTS: win rate with a 95%% CI",
         description="Play GAMES games against another engine, colours alternating, refereed "
-        "by our rules; SGF files (Go), PGN files (chess) and match.json go to --out. The "
-        "opponent: a GTP command line (looked for on PATH, then /usr/games), openspiel-mcts:SIMS, "
-        "or for chess uci:CMD[;OPTION=VALUE...] or greedy.",
+        "by our rules; SGF files (Go), PGN files (chess), CSA files (shogi) and match.json go "
+        "to --out. The opponent: a GTP command line (looked for on PATH, then /usr/games), "
+        "openspiel-mcts:SIMS, for chess uci:CMD[;OPTION=VALUE...], for shogi "
+        "usi:CMD[;OPTION=VALUE...], for both greedy.",
     )
     common(p, config_required=False)
     checkpoint_arg(p)
@@ -24,7 +25,8 @@ def register(sub: Any) -> None:
         "--opponent",
         required=True,
         help='a GTP engine\'s command line ("gnugo --mode gtp --level 1"), openspiel-mcts:SIMS, '
-        'random, checkpoint:PATH; chess: "uci:stockfish;Skill Level=0;movetime=50" or greedy',
+        'random, checkpoint:PATH; chess: "uci:stockfish;Skill Level=0;movetime=50" or greedy; '
+        'shogi: "usi:fairy-stockfish;Skill Level=-20;byoyomi=50" or greedy',
     )
     p.add_argument("--games", type=int_in(1, 100_000), default=40, help="games to play")
     sims_arg(p, "per move (default eval.sims)")

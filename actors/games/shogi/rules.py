@@ -109,6 +109,7 @@ class Shogi(Game):
 
     name = "shogi"
     sides = ("sente", "gote")
+    protocols = ("usi",)
     record_suffix = ".csa"
     position_field = "sfen"
     core_name = "shogi"
@@ -174,12 +175,18 @@ class Shogi(Game):
         reason = self.end_reason(s)
         if reason != "ply cap" and not (repetitions and reason == "sennichite"):
             return None
+        return float(self.material(s, s.blob[81]))
+
+    def material(self, s: ShogiState, side: int) -> int:
+        """``side``'s material lead over the other's, board and hand, in ``cap_score``'s units
+        (P1 L3 N4 S5 G6 B8 R10; promoted minor pieces 6, +B 10, +R 12; in hand unpromoted): what
+        the greedy player counts."""
         b = s.blob
         board = np.frombuffer(b, np.uint8, 81)
         worth = _WORTH[board & 15] * np.where(board & GOTE, -1, 1)
         hands = np.frombuffer(b, np.uint8, 14, 82).astype(np.int64)
         lead = int(worth.sum() + (hands[:7] - hands[7:]) @ _WORTH[1:8])  # sente's
-        return float(lead if b[81] == 0 else -lead)
+        return lead if side == 0 else -lead
 
     def symmetries(
         self, obs: np.ndarray, policy: np.ndarray
@@ -256,19 +263,23 @@ class Shogi(Game):
             kind = d * 8 + dist - 1
         return vf * TYPES + kind + (66 if m.promote else 0)
 
-    def parse_usi(self, s: ShogiState, text: str) -> int:
-        """The action of USI move ``text`` (``7g7f``, ``8h2b+``, ``P*5e``) at ``s``;
-        ValueError when it is not a legal move there."""
+    @staticmethod
+    def usi_move(text: str) -> Move:
+        """The move USI text names (``7g7f``, ``8h2b+``, ``P*5e``), legal or not; ValueError
+        when it is not USI move text."""
         t = text.strip()
         if not _USI_MOVE.fullmatch(t):
             raise ValueError(f"shogi: {text!r} is not a USI move (7g7f, 8h2b+, P*5e)")
         if t[1] == "*":
-            m = Move(-1, _parse_sq(t[2:4]), False, t[0])
-        else:
-            m = Move(_parse_sq(t[:2]), _parse_sq(t[2:4]), t.endswith("+"), "")
-        a = self.action_of(s, m)
+            return Move(-1, _parse_sq(t[2:4]), False, t[0])
+        return Move(_parse_sq(t[:2]), _parse_sq(t[2:4]), t.endswith("+"), "")
+
+    def parse_usi(self, s: ShogiState, text: str) -> int:
+        """The action of USI move ``text`` (``7g7f``, ``8h2b+``, ``P*5e``) at ``s``;
+        ValueError when it is not a legal move there."""
+        a = self.action_of(s, self.usi_move(text))
         if a not in self.legal_actions(s):
-            raise ValueError(f"shogi: {t} is illegal in {self.to_sfen(s)}")
+            raise ValueError(f"shogi: {text.strip()} is illegal in {self.to_sfen(s)}")
         return a
 
     def usi(self, s: ShogiState, a: int) -> str:

@@ -1,14 +1,18 @@
-"""The players of matches and ladders: a checkpoint's net and search, uniform random play, any
-GTP engine, and OpenSpiel's MCTS. Every player is told every move and asked for its own; the
-referee (``azserve.arena.referee``) alone decides what is legal and who won, and asks each player
-that can score a finished game for its own verdict (``final_score``).
+"""The players of matches and ladders: a checkpoint's net and search, uniform random play, the
+greedy mover, any GTP, UCI or USI engine, and OpenSpiel's MCTS. Every player is told every move
+and asked for its own; the referee (``azserve.arena.referee``) alone decides what is legal and
+who won, and asks each player that can score a finished game for its own verdict
+(``final_score``).
 
 A player spec (``--opponent``, the ladder's ``--anchor``):
 
 - ``random``: uniform random legal moves (the ladder's 0 Elo);
-- ``greedy``: chess only, the one-ply material-greedy mover (``azserve.arena.players.uci``);
+- ``greedy``: chess and shogi, the one-ply material-greedy mover
+  (``azserve.arena.players.greedy``);
 - ``uci:CMD[;NAME=VALUE...]``: chess only, a UCI engine with its options and ``go`` limits
   (``uci:stockfish;Skill Level=0;movetime=50``; ``azserve.arena.players.uci``);
+- ``usi:CMD[;NAME=VALUE...]``: shogi only, a USI engine with its options and ``go`` limits
+  (``usi:fairy-stockfish;Skill Level=-20;byoyomi=50``; ``azserve.arena.players.usi``);
 - ``gtp:CMD`` or a bare command line: a GTP engine (``gnugo --mode gtp --level 1``); a command
   not found on PATH is looked for in /usr/games (where Debian puts GnuGo);
 - ``openspiel-mcts:SIMS``: OpenSpiel's MCTS bot (random rollouts, UCT c = 2), for the games
@@ -50,10 +54,18 @@ def make_player(spec: str, seed: int, log: Path | None = None, agent_player: Any
     kind, arg = parse_spec(spec)
     if kind == "random":
         return RandomPlayer(seed)
-    if kind in ("greedy", "uci"):
-        from azserve.arena.players.uci import GreedyPlayer, UciPlayer
+    if kind == "greedy":
+        from azserve.arena.players.greedy import GreedyPlayer
 
-        return GreedyPlayer(seed) if kind == "greedy" else UciPlayer(arg, log=log)
+        return GreedyPlayer(seed)
+    if kind == "uci":
+        from azserve.arena.players.uci import UciPlayer
+
+        return UciPlayer(arg, log=log)
+    if kind == "usi":
+        from azserve.arena.players.usi import UsiPlayer
+
+        return UsiPlayer(arg, log=log)
     if kind == "openspiel-mcts":
         return OpenSpielMctsPlayer(int(arg), seed)
     if kind == "checkpoint":

@@ -1,0 +1,459 @@
+"""What the line engines share: ``azserve uci`` (chess) and ``azserve usi`` (shogi) speak two
+dialects of one protocol, and everything but the dialect is here.
+
+A session (``LineEngine``) reads one command a line and answers through ``emit``: the
+handshake (``uci``/``usi``: ``id``, the options, ``uciok``/``usiok`` at once, the net loading in
+the background: ``azserve.engines.loading``), ``isready`` (``readyok`` once the net is loaded),
+``setoption name N value V``, the new game (``ucinewgame``/``usinewgame``), ``position``, ``go``,
+``stop``, ``ponderhit`` and ``quit``. A dialect (``azserve.engines.uci``, ``azserve.engines.usi``)
+says how a position and a move are written, how ``go``'s clock reads (``parse_go``) and what
+``bestmove`` says where there is no move to give.
+
+``go`` searches in the caller's thread in slices (``azserve.engines.search``), reading its
+input between them through ``poll``: ``isready`` is answered at once, ``stop`` ends the search,
+``ponderhit`` turns a ``go ponder`` search into the normal one (its limits counted from then),
+anything else waits for the search's end. About twice a second, and once at the end, an
+``info depth D seldepth S nodes N nps X time MS score cp C pv M...`` line (``score mate N``
+where the dialect reports mates). A ``go infinite`` or ``go ponder`` search whose tree is full
+(``MAX_VISITS``) waits for ``stop`` before its ``bestmove``, as both protocols ask.
+
+Anything malformed (an unknown command, a bad position, an illegal move, a bad number or
+option value) is answered ``info string error ...`` (``ProtocolError``), an unknown option
+``info string unknown option ...``, and the engine keeps its last good position.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from azserve.engines.search import EngineSearch, Progress
+
+INFO_EVERY_S = 0.5
+MARGIN_MS = 30
+"""Kept back from every time budget for the reply's way to the GUI (``MoveOverhead``)."""
+MAX_NODES = 1_000_000
+IDLE_POLL_S = 0.01
+"""How often a search that has finished but must wait for ``stop`` reads its input."""
+
+
+class ProtocolError(Exception):
+    """A malformed or illegal command: its message follows ``info string error``."""
+
+
+@dataclass
+class Limits:
+    """One ``go``'s limits: simulations, milliseconds, or neither (until ``stop``)."""
+
+    nodes: int | None = None
+    movetime_ms: float | None = None
+    infinite: bool = False
+    ponder: bool = False
+    """``go ponder``: search without limits until ``ponderhit`` (then these limits, counted
+    from it) or ``stop``."""
+    note: str = ""
+    """What the engine made of a limit it has no such thing for (``depth``, ``mate``)."""
+
+
+def depth_nodes(depth: int) -> int:
+    """The node budget of ``go depth N``: a tree's depth grows with the log of its nodes, so
+    each ply doubles the budget, from 16 at depth 1 up to 2**17 (about 131,000)."""
+    return 2 ** min(max(depth, 1) + 3, 17)
+
+
+def read_go(
+    words: Sequence[str], keys: Sequence[str], flags: Sequence[str], signed: Sequence[str] = ()
+) -> tuple[dict[str, int], set[str]]:
+    """``go``'s words as (``key N`` numbers, bare flags); ProtocolError for an unknown word, a
+    missing or bad number, or a negative one (but for the ``signed`` keys: clocks run out)."""
+    nums: dict[str, int] = {}
+    seen: set[str] = set()
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w in flags:
+            seen.add(w)
+        elif w in keys:
+            if i + 1 >= len(words):
+                raise ProtocolError(f"go: {w} needs a number")
+            try:
+                nums[w] = int(words[i + 1])
+            except ValueError:
+                raise ProtocolError(f"go: {w} {words[i + 1]!r} is not a whole number") from None
+            if nums[w] < 0 and w not in signed:
+                raise ProtocolError(f"go: {w} {nums[w]} is negative")
+            i += 1
+        else:
+            raise ProtocolError(f"go: unknown limit {w!r}")
+        i += 1
+    return nums, seen
+
+
+def clock_ms(left: int, inc: int, togo: int, margin_ms: float, byoyomi: int = 0) -> float:
+    """The milliseconds a move may take with ``left`` on the clock: a ``togo``-th of it plus
+    three quarters of the increment, never more than half of what is left, plus the whole
+    ``byoyomi`` (USI's time per move once the main time is spent), less ``margin_ms``."""
+    share = max(left, 0) / max(togo, 1) + 0.75 * inc
+    return max(1.0, min(share, max(left, 0) / 2) + byoyomi - margin_ms)
+
+
+@dataclass(frozen=True)
+class Option:
+    """An engine option as the handshake announces it."""
+
+    name: str
+    kind: str
+    """``spin``, ``combo`` or ``check``."""
+    default: Any
+    low: int = 0
+    high: int = 0
+    choices: tuple[str, ...] = ()
+    help: str = ""
+
+    def line(self) -> str:
+        if self.kind == "spin":
+            return f"option name {self.name} type spin default {self.default} min {self.low} max {self.high}"
+        if self.kind == "check":
+            return f"option name {self.name} type check default {str(self.default).lower()}"
+        return f"option name {self.name} type combo default {self.default} " + " ".join(
+            f"var {c}" for c in self.choices
+        )
+
+    def parse(self, text: str) -> Any:
+        """The option's value from ``setoption``'s text; ProtocolError when out of range."""
+        if self.kind == "spin":
+            try:
+                v = int(text)
+            except ValueError:
+                raise ProtocolError(
+                    f"setoption {self.name}: {text!r} is not a whole number"
+                ) from None
+            if not self.low <= v <= self.high:
+                raise ProtocolError(f"setoption {self.name}: {v} is not in {self.low}..{self.high}")
+            return v
+        if self.kind == "check":
+            if text.lower() not in ("true", "false"):
+                raise ProtocolError(f"setoption {self.name}: {text!r}: expected true or false")
+            return text.lower() == "true"
+        if text.lower() not in self.choices:
+            raise ProtocolError(
+                f"setoption {self.name}: {text!r}: expected one of {', '.join(self.choices)}"
+            )
+        return text.lower()
+
+
+def centipawns(value: float) -> int:
+    """Leela's map from a value in (-1, 1) to centipawns (clipped to +-12,800)."""
+    v = max(-0.999, min(0.999, value))
+    return int(round(max(-12800.0, min(12800.0, 111.714640912 * math.tan(1.5620688421 * v)))))
+
+
+@dataclass
+class Loaded:
+    """What a session needs once the checkpoint is loaded."""
+
+    game: Any
+    """The checkpoint's game (``Chess`` for uci, ``Shogi`` for usi)."""
+    search: EngineSearch
+    default_nodes: int
+    algorithm: str
+    """The checkpoint's own ``mcts.algorithm``."""
+
+
+class LineEngine:
+    """One session of a line protocol: ``command(line)`` for each line read; output through
+    ``emit``; ``done`` after ``quit``. ``load()`` gives the checkpoint's game and search
+    (called, and waited for, by the first command that needs them). ``go`` searches in the
+    caller's thread, taking its input through ``poll`` (a line, or None) between slices.
+
+    A dialect sets ``protocol`` (the handshake's word: ``uci``, ``usi``) and ``options``, and
+    gives ``position``, ``parse_go``, ``move_text`` and ``no_move`` (and may change
+    ``bestmove``, ``score`` and ``other``)."""
+
+    protocol = ""
+    options: tuple[Option, ...] = ()
+    quiet_options: tuple[str, ...] = ()
+    """Options GUIs send to every engine, taken and ignored (USI's ``USI_Hash``)."""
+
+    def __init__(
+        self,
+        load: Callable[[], Loaded],
+        emit: Callable[[str], None],
+        poll: Callable[[], str | None] = lambda: None,
+        name: str = "azserve",
+    ) -> None:
+        self._load = load
+        self._loaded: Loaded | None = None
+        self.emit = emit
+        self.poll = poll
+        self.name = name
+        self.settings: dict[str, Any] = {o.name.lower(): o.default for o in self.options}
+        self.state: Any = None
+        self.done = False
+        self._after: list[str] = []  # commands that arrived during a search
+        self._shown: Progress | None = None  # the last progress an info line showed
+        self._limits = Limits()  # the running search's
+        self._clock = 0.0  # when its limits began to count (ponderhit moves it)
+        self._base = 0  # its simulations when they began to count
+        self._sims = 0  # its simulations so far
+
+    # --- what a dialect gives ------------------------------------------------------------
+
+    def position(self, args: list[str]) -> Any:
+        """The state ``position ARGS`` describes; ProtocolError (the old one kept) if bad."""
+        raise NotImplementedError
+
+    def parse_go(self, args: list[str], state: Any) -> Limits:
+        """``go ARGS``' limits for the side to move at ``state``."""
+        raise NotImplementedError
+
+    def move_text(self, s: Any, a: int) -> str:
+        """Legal action ``a`` at ``s`` as the protocol writes moves."""
+        raise NotImplementedError
+
+    def no_move(self, s: Any) -> str:
+        """``bestmove``'s word for a position whose game is over (after an ``info string``)."""
+        raise NotImplementedError
+
+    def playable(self, s: Any) -> Any:
+        """The state to search for ``go`` at ``s`` (a dialect whose GUI referees the game may
+        play on where our rules ended it); ``s`` itself by default."""
+        return s
+
+    def bestmove(self, s: Any, progress: Progress) -> str:
+        """What ``bestmove`` says after a search."""
+        return self.move_text(s, progress.best)
+
+    def score(self, s: Any, line: list[int], value: float) -> str:
+        """The ``score`` of an info line whose principal variation is ``line`` (actions) and
+        whose best move's value is ``value``: ``cp N`` by default."""
+        return f"cp {centipawns(value)}"
+
+    def other(self, cmd: str, args: list[str]) -> bool:
+        """A command the dialect knows beyond the shared ones (True when it was)."""
+        return False
+
+    # --- the session ---------------------------------------------------------------------
+
+    @property
+    def loaded(self) -> Loaded:
+        if self._loaded is None:
+            self._loaded = self._load()
+            self._apply_options()
+        return self._loaded
+
+    def _apply_options(self) -> None:
+        """The search settings the options name, where they changed (a fresh tree then)."""
+        if self._loaded is None:
+            return
+        search = self._loaded.search
+        algorithm = self.settings["algorithm"]
+        want = {
+            "leaves_in_flight": self.settings["batch"],
+            "algorithm": self._loaded.algorithm if algorithm == "checkpoint" else algorithm,
+        }
+        changed = {k: v for k, v in want.items() if getattr(search.mcts, k) != v}
+        if changed:
+            search.configure(**changed)
+
+    def command(self, line: str) -> None:
+        """Act on one input line; errors become ``info string error ...``."""
+        self._after.append(line)
+        while self._after and not self.done:
+            words = self._after.pop(0).split()
+            if not words:
+                continue
+            try:
+                self._run(words[0], words[1:])
+            except ProtocolError as e:
+                self.emit(f"info string error {e}")
+
+    def _run(self, cmd: str, args: list[str]) -> None:
+        if cmd == self.protocol:
+            self.emit(f"id name {self.name}")
+            self.emit("id author the azserve authors")
+            for option in self.options:
+                self.emit(option.line())
+            self.emit(f"{self.protocol}ok")
+        elif cmd == "isready":
+            _ = self.loaded  # ready once the net is
+            self.emit("readyok")
+        elif cmd == f"{self.protocol}newgame":
+            self.state = self.loaded.game.initial_state()
+            self.loaded.search.new_game()
+        elif cmd == "setoption":
+            self._setoption(args)
+        elif cmd == "position":
+            self.state = self.position(args)
+        elif cmd == "go":
+            state = self.state if self.state is not None else self.loaded.game.initial_state()
+            self._go(state, self.parse_go(args, state))
+        elif cmd in ("stop", "ponderhit"):
+            pass  # no search running
+        elif cmd == "quit":
+            self.done = True
+        elif not self.other(cmd, args):
+            raise ProtocolError(f"unknown command {cmd!r}")
+
+    def _setoption(self, args: list[str]) -> None:
+        """``setoption name NAME [value VALUE]`` (NAME may have spaces)."""
+        if not args or args[0] != "name":
+            raise ProtocolError("setoption: expected setoption name NAME value VALUE")
+        rest = args[1:]
+        at = rest.index("value") if "value" in rest else len(rest)
+        name, value = " ".join(rest[:at]), " ".join(rest[at + 1 :])
+        option = next((o for o in self.options if o.name.lower() == name.lower()), None)
+        if option is None:
+            if name.lower() in self.quiet_options:
+                return
+            known = ", ".join(o.name for o in self.options)
+            self.emit(f"info string unknown option {name!r} (known: {known})")
+            return
+        self.settings[option.name.lower()] = option.parse(value)
+        self._apply_options()
+
+    def _go(self, s: Any, limits: Limits) -> None:
+        s = self.playable(s)
+        if s.over:
+            self.emit(f"bestmove {self.no_move(s)}")
+            return
+        if limits.note:
+            self.emit(f"info string {limits.note}")
+        if limits.nodes is None and limits.movetime_ms is None and not limits.infinite:
+            limits.nodes = self.settings["nodes"] or self.loaded.default_nodes
+        progress = asyncio.run(self._search(s, limits))
+        if progress is not self._shown:
+            self._info(s, progress)
+        self.emit(f"bestmove {self.bestmove(s, progress)}")
+
+    async def _search(self, s: Any, limits: Limits) -> Progress:
+        start = time.monotonic()
+        self._limits, self._clock, self._base, self._sims = limits, start, 0, 0
+        open_ended = limits.infinite or limits.ponder
+        deadline = None
+        if limits.movetime_ms is not None and not open_ended:
+            deadline = start + limits.movetime_ms / 1000
+        last = [start]
+
+        def on_slice(progress: Progress) -> None:
+            self._sims = progress.simulations
+            now = time.monotonic()
+            if now - last[0] >= INFO_EVERY_S:
+                last[0] = now
+                self._info(s, progress)
+                self._shown = progress
+
+        sims = None if open_ended else limits.nodes
+        search = self.loaded.search
+        progress = await search.run(self.loaded.game, s, sims, deadline, on_slice, self._stopped)
+        # A full tree ends an open-ended search: the protocols want bestmove after stop only.
+        while self._limits.infinite or self._limits.ponder:
+            if self._stopped():
+                break
+            await asyncio.sleep(IDLE_POLL_S)
+        return progress
+
+    def _stopped(self) -> bool:
+        """Read the input that came during a search, up to a ``stop``: ``isready`` answered,
+        ``stop`` (or ``quit``) ends it, ``ponderhit`` starts its limits' count, anything else
+        waits for the search's end. After a ponderhit, whether those limits are spent."""
+        stop = False
+        while (line := self.poll()) is not None:
+            word = line.split()[0] if line.split() else ""
+            if word == "isready":
+                self.emit("readyok")
+            elif word in ("stop", "quit"):
+                stop = True
+                self._limits.infinite = self._limits.ponder = False
+                if word == "quit":
+                    self._after.append(line)
+                break  # what follows is for the next search (its own stop) or after it
+            elif word == "ponderhit":
+                if self._limits.ponder:
+                    self._limits.ponder = False
+                    self._clock, self._base = time.monotonic(), self._sims
+            elif word:
+                self._after.append(line)
+        if stop or self._limits.ponder or self._limits.infinite:
+            return stop
+        limits, ms = self._limits, (time.monotonic() - self._clock) * 1000
+        if limits.nodes is not None and self._sims - self._base >= limits.nodes:
+            return True
+        return limits.movetime_ms is not None and ms >= limits.movetime_ms
+
+    def _info(self, s: Any, progress: Progress) -> None:
+        game, r = self.loaded.game, progress.report
+        i = int((r.actions == progress.best).argmax())
+        line, words, t = [], [], s
+        for a in r.pvs[i]:
+            if t.over or a not in game.legal_actions(t):
+                break
+            line.append(int(a))
+            words.append(self.move_text(t, a))
+            t = game.apply(t, a)
+        value = float(r.values[i]) if r.visits[i] else r.root_value
+        ms = progress.seconds * 1000
+        depth = max(1, len(line))
+        self.emit(
+            f"info depth {depth} seldepth {depth} nodes {progress.simulations} nps "
+            f"{progress.nps} time {int(ms)} score {self.score(s, line, value)} "
+            f"pv {' '.join(words)}".rstrip()
+        )
+
+
+def serve(engine: LineEngine, stdin: IO[str]) -> bool:
+    """Read lines on a thread (so ``stop`` reaches a running search) until ``quit`` or the end
+    of input; whether it was ``quit``."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for line in stdin:
+                lines.put(line.strip())
+        except (OSError, ValueError):  # input that cannot be read ends like the end of input
+            pass
+        lines.put(None)
+
+    threading.Thread(target=read, name=f"{engine.protocol}-stdin", daemon=True).start()
+    ended = False
+
+    def poll() -> str | None:
+        nonlocal ended
+        try:
+            line = lines.get_nowait()
+        except queue.Empty:
+            return None
+        if line is None:
+            ended = True
+            return "quit"
+        return line
+
+    engine.poll = poll
+    while not engine.done and not ended:
+        line = lines.get()
+        if line is None:
+            break
+        engine.command(line)
+    return engine.done and not ended
+
+
+__all__ = [
+    "MARGIN_MS",
+    "MAX_NODES",
+    "Limits",
+    "LineEngine",
+    "Loaded",
+    "Option",
+    "ProtocolError",
+    "centipawns",
+    "clock_ms",
+    "depth_nodes",
+    "read_go",
+    "serve",
+]
