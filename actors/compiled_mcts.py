@@ -30,6 +30,7 @@ from actors.search import (
     GumbelMoves,
     GumbelResult,
     MCTSConfig,
+    Proof,
     PuctMoves,
     SearchReport,
     SearchResult,
@@ -40,7 +41,7 @@ from actors.search import (
 
 log = logging.getLogger("actors.compiled_mcts")
 
-_ABI = 7
+_ABI = 8
 """The interface of actors/core/ this module drives (its ``ABI``); a build of an older
 source (the C file changed, ``pip install -e .`` not run again) is not used."""
 
@@ -237,8 +238,20 @@ class CompiledSearch:
         values, priors = np.empty(a, np.float64), np.empty(a, np.float32)
         k, root_visits, root_value = tree.root_edges(actions, visits, values, priors)
         pvs = tuple(tuple(np.frombuffer(tree.pv(i, max_pv), np.uint16).tolist()) for i in range(k))
+        proof = self._proof(False) if self.config.solver else None
         return SearchReport(actions[:k], visits[:k], values[:k], priors[:k], pvs, root_visits,
-                            root_value, int(tree.nodes))  # fmt: skip
+                            root_value, int(tree.nodes), proof=proof)  # fmt: skip
+
+    def _proof(self, by_action: bool) -> Proof:
+        """The solver's ``Proof`` at the root, read from the C tree (``root_proof``) as
+        ``actors.nodes.root_proof`` reads a Python tree: over the root's legal actions, or
+        with ``by_action`` over every action of the game."""
+        a = self.game.num_actions
+        values, plies = np.empty(a, np.float64), np.empty(a, np.int64)
+        k, value, root_plies = self._tree.root_proof(values, plies, by_action)
+        if by_action:
+            return Proof(value, root_plies, values, plies)
+        return Proof(value, root_plies, values[:k], plies[:k])
 
     @property
     def tree_nodes(self) -> int:
@@ -276,7 +289,8 @@ class CompiledMCTS(CompiledSearch, PuctMoves):
         visits = np.zeros(a, dtype=np.int64)
         prior = np.zeros(a, dtype=np.float32)
         root_value = self._tree.root_result(visits, prior)
-        return SearchResult(visits, root_value, prior, evaluations)
+        proof = self._proof(True) if self.config.solver else None
+        return SearchResult(visits, root_value, prior, evaluations, proof=proof)
 
     async def _leaves(self, evaluate: Evaluate) -> int:
         if self.config.leaves_in_flight == 1:

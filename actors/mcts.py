@@ -18,7 +18,18 @@ from math import inf, sqrt
 import numpy as np
 
 from actors.games.base import Game, State
-from actors.nodes import Node, backup, count_nodes, expand, report, subtree, undo
+from actors.nodes import (
+    Node,
+    backup,
+    count_nodes,
+    expand,
+    report,
+    root_proof,
+    search_over,
+    solve_backup,
+    subtree,
+    undo,
+)
 from actors.search import (
     Evaluate,
     MCTSConfig,
@@ -79,7 +90,8 @@ class MCTS(PuctMoves):
         visits[root.actions] = root.n
         prior = np.zeros(game.num_actions, dtype=np.float32)
         prior[root.actions] = root.clean_p if root.clean_p is not None else root.p
-        return SearchResult(visits, root.value_sum / root.visits, prior, evaluations)
+        proof = root_proof(root, game.num_actions) if self.config.solver else None
+        return SearchResult(visits, root.value_sum / root.visits, prior, evaluations, proof=proof)
 
     def encode_root(self, state: State) -> np.ndarray:
         """The observation of ``state``, the position just searched (what self-play records)."""
@@ -91,7 +103,7 @@ class MCTS(PuctMoves):
 
     def report(self, max_pv: int = 32) -> SearchReport:
         """The root's visits, values, priors and principal variations (``actors.search``)."""
-        return report(self._root, max_pv)
+        return report(self._root, max_pv, self.config.solver)
 
     @property
     def tree_nodes(self) -> int:
@@ -121,6 +133,10 @@ class MCTS(PuctMoves):
         of pending leaves so later descents spread out, then evaluates the new leaves together.
         A descent that reaches a leaf already in flight (a collision) is undone and ends the
         round early; the round's first descent never collides, so every round makes progress.
+        With ``solver``, a proven node is met as a terminal one (its exact value backed up,
+        proving the nodes above it in turn: ``solve_backup``), and a proven root ends the
+        search (the leaves in flight are still evaluated), unless it is a win in more than one
+        ply with moves left unproven: then the search goes on among those, for a shorter win.
         """
         cfg = self.config
         game = self.game
@@ -132,10 +148,15 @@ class MCTS(PuctMoves):
         )
         width = cfg.leaves_in_flight
         vl = cfg.virtual_loss if width > 1 else 0.0
+        solver = cfg.solver
         done = evaluations = 0
-        while done < count:
+        while done < count and not (solver and search_over(root)):
             batch: list[tuple[Node, list[tuple[Node, int]]]] = []
-            while done + len(batch) < count and len(batch) < width:
+            while (
+                done + len(batch) < count
+                and len(batch) < width
+                and not (solver and search_over(root))
+            ):
                 node, reduction = root, root_fpu_reduction
                 path: list[tuple[Node, int]] = []
                 created = False
@@ -148,10 +169,25 @@ class MCTS(PuctMoves):
                     fpu = node.value_sum / visits - reduction * sqrt(node.visited_prior)
                     reduction = fpu_reduction
                     i, best = 0, -inf
-                    for j, nj in enumerate(n):
-                        score = w[j] / nj + p[j] * sqrt_n / (1 + nj) if nj else fpu + p[j] * sqrt_n
-                        if score > best:
-                            i, best = j, score
+                    if solver and node is root and root.proven is not None:
+                        # A won root searched on for a shorter win: its unproven moves only.
+                        kids = node.children
+                        for j, nj in enumerate(n):
+                            c = kids[j]
+                            if c is not None and c.proven is not None:
+                                continue
+                            score = (
+                                w[j] / nj + p[j] * sqrt_n / (1 + nj) if nj else fpu + p[j] * sqrt_n
+                            )
+                            if score > best:
+                                i, best = j, score
+                    else:
+                        for j, nj in enumerate(n):
+                            score = (
+                                w[j] / nj + p[j] * sqrt_n / (1 + nj) if nj else fpu + p[j] * sqrt_n
+                            )
+                            if score > best:
+                                i, best = j, score
                     if not n[i]:
                         node.visited_prior += p[i]
                     n[i] += 1
@@ -164,17 +200,25 @@ class MCTS(PuctMoves):
                         child = node.children[i] = Node(apply(node.state, node.actions[i]))  # type: ignore[index]
                         created = True
                         if is_terminal(child.state):
-                            child.terminal_value = game.terminal_value(child.state)
+                            child.terminal_value = tv = game.terminal_value(child.state)
+                            if solver:
+                                child.proven, child.plies = float(tv), 0
                         else:
                             batch.append((child, path))
                         break
-                    if child.actions is None:
+                    if child.actions is None or (solver and child.proven is not None):
                         break
                     node = child
-                if child.terminal_value is not None:
+                exact = child.terminal_value
+                if exact is None and solver:
+                    exact = child.proven
+                if exact is not None:
                     child.visits += 1
-                    child.value_sum += child.terminal_value
-                    backup(path, child.terminal_value, vl)
+                    child.value_sum += exact
+                    if solver:
+                        solve_backup(path, exact, vl)
+                    else:
+                        backup(path, exact, vl)
                     done += 1
                 elif not created:
                     undo(path, vl)

@@ -8,16 +8,20 @@ that owns the edge; a node's ``value_sum`` from the perspective of its own side 
 
 ``report`` reads a tree for the engines as the compiled core's ``root_edges`` and ``pv`` do
 (actors/core/report.c), step for step.
+
+The solver's steps (``MCTSConfig.solver``; actors/core/tree.c's ``prove`` and ``solve_backup``):
+a node's ``proven`` is its exact value for its side to move (a terminal node's result, or one
+proven from its children), ``plies`` the plies to the game's end under that proof.
 """
 
 from __future__ import annotations
 
-from math import exp
+from math import exp, nan
 
 import numpy as np
 
 from actors.games.base import Game, State
-from actors.search import SearchReport
+from actors.search import SOLVED_WIN, Proof, SearchReport, better_proof
 
 
 class Node:
@@ -35,6 +39,8 @@ class Node:
         "visited_prior",
         "terminal_value",
         "clean_p",
+        "proven",
+        "plies",
     )
 
     def __init__(self, state: State) -> None:
@@ -49,6 +55,8 @@ class Node:
         self.visited_prior = 0.0  # prior mass of children with n > 0, for FPU
         self.terminal_value: float | None = None  # set on terminal nodes (never expanded)
         self.clean_p: list[float] | None = None  # root priors before Dirichlet noise
+        self.proven: float | None = None  # the solver's exact value for the side to move
+        self.plies = -1  # plies to the game's end under that proof (0: terminal)
 
 
 def masked_softmax(logits: np.ndarray, actions: list[int]) -> list[float]:
@@ -84,6 +92,73 @@ def backup(path: list[tuple[Node, int]], value: float, vl: float) -> None:
         value = -value
         node.w[i] += value + vl
         node.value_sum += value
+
+
+def prove(node: Node) -> bool:
+    """Whether ``node`` is proven now, from its children (set ``proven`` and ``plies`` when
+    it is): a child proven lost for its side to move makes it a win; every child proven, the
+    best of them (``better_proof``: the shortest win, the longest loss)."""
+    best, bv, bp, complete = -1, 0.0, 0, True
+    for j, c in enumerate(node.children):
+        if c is None or c.proven is None:
+            complete = False
+            continue
+        v, p = -c.proven, c.plies + 1
+        if best < 0 or better_proof(v, p, bv, bp):
+            best, bv, bp = j, v, p
+    if best >= 0 and (complete or bv >= SOLVED_WIN):
+        node.proven, node.plies = bv, bp
+        return True
+    return False
+
+
+def solve_backup(path: list[tuple[Node, int]], value: float, vl: float) -> None:
+    """``backup`` of a simulation that ended at a proven node (``value``: its exact value),
+    proving the nodes above it while each is proven in turn; from a node newly proven up, the
+    value backed up is that node's exact value."""
+    solving = True
+    for node, i in reversed(path):
+        value = -value
+        node.w[i] += value + vl
+        if solving and prove(node):
+            value = node.proven  # type: ignore[assignment]
+        else:
+            solving = False
+        node.value_sum += value
+
+
+def search_over(root: Node) -> bool:
+    """Whether the solver's search of ``root`` is over: it is proven, and not a win in more than
+    one ply with a move left unproven (where a shorter win may still be found)."""
+    if root.proven is None:
+        return False
+    if root.proven < SOLVED_WIN or root.plies <= 1:
+        return True
+    return all(c is not None and c.proven is not None for c in root.children)
+
+
+def edge_proofs(node: Node) -> tuple[list[float], list[int]]:
+    """Each child's exact value for ``node``'s side to move (NaN where unproven) and its
+    plies to the end, the move included (-1 where unproven), aligned with ``node.actions``."""
+    values, plies = [], []
+    for c in node.children:
+        proven = c is not None and c.proven is not None
+        values.append(-c.proven if proven else nan)  # type: ignore[union-attr,operator]
+        plies.append(c.plies + 1 if proven else -1)  # type: ignore[union-attr]
+    return values, plies
+
+
+def root_proof(root: Node, num_actions: int | None = None) -> Proof:
+    """The solver's ``Proof`` at ``root``: over its legal actions ([k]), or over every action
+    ([num_actions], NaN and -1 at the others) when ``num_actions`` is given."""
+    values, plies = edge_proofs(root)
+    if num_actions is None:
+        v, p = np.array(values, dtype=np.float64), np.array(plies, dtype=np.int64)
+    else:
+        v, p = np.full(num_actions, nan), np.full(num_actions, -1, dtype=np.int64)
+        v[root.actions] = values
+        p[root.actions] = plies
+    return Proof(root.proven, root.plies, v, p)
 
 
 def undo(path: list[tuple[Node, int]], vl: float) -> None:
@@ -141,8 +216,9 @@ def line_from(node: Node, i: int, limit: int) -> tuple[int, ...]:
     return tuple(line)
 
 
-def report(root: Node | None, max_pv: int) -> SearchReport:
-    """The ``SearchReport`` of the tree below ``root`` (expanded: a search has run)."""
+def report(root: Node | None, max_pv: int, solver: bool = False) -> SearchReport:
+    """The ``SearchReport`` of the tree below ``root`` (expanded: a search has run), with the
+    solver's ``Proof`` when ``solver``."""
     if root is None or root.actions is None:
         raise RuntimeError("no expanded root: report() needs a search first")
     visits = root.visits
@@ -155,6 +231,7 @@ def report(root: Node | None, max_pv: int) -> SearchReport:
         root_visits=visits,
         root_value=root.value_sum / visits,
         nodes=count_nodes(root),
+        proof=root_proof(root) if solver else None,
     )
 
 
@@ -166,7 +243,11 @@ __all__ = [
     "line_from",
     "masked_softmax",
     "most_visited",
+    "prove",
     "report",
+    "root_proof",
+    "search_over",
+    "solve_backup",
     "subtree",
     "undo",
 ]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -77,6 +77,13 @@ class MCTSConfig:
     """Value subtracted per pending leaf along its path (only when leaves_in_flight > 1)."""
     reuse_tree: bool = True
     """Keep the played move's subtree as the next root (see ``MCTS.advance``)."""
+    solver: bool = False
+    """MCTS-solver (Winands et al. 2008), PUCT only: game ends reached in the tree prove their
+    parents (a child lost for its mover: a win; every child proven: the best of them), and so
+    on up; a proven node is met as a terminal one, a proven root ends the search early (a win
+    in more than one ply searches on for a shorter one), and the move is the shortest proven
+    win (the longest proven loss; never a proven loss while another move is open).
+    docs/mcts.md, "Proven results". False: the search as before, bit for bit."""
     fpu_reduction: float = 0.25
     """First-play urgency: an unvisited child's Q is the parent's Q minus this times
     sqrt(prior mass of the visited children) (Leela Zero / KataGo); 0 means parent's Q."""
@@ -140,6 +147,10 @@ class MCTSConfig:
             raise ValueError(f"cap_win_margin must be >= 0, got {self.cap_win_margin}")
         if not 0.0 < self.adjudicated_value <= 1.0:
             raise ValueError(f"adjudicated_value must be in (0, 1], got {self.adjudicated_value}")
+        if self.solver and self.algorithm != "puct":
+            raise ValueError(
+                f"mcts.solver is PUCT's: it needs mcts.algorithm = 'puct', got {self.algorithm!r}"
+            )
         if self.gumbel_opening not in ("halving", "target"):
             raise ValueError(
                 f"gumbel_opening must be 'halving' or 'target', got {self.gumbel_opening!r}"
@@ -168,6 +179,72 @@ class MCTSConfig:
         return f * self.num_simulations + (1.0 - f) * self.fast_simulations
 
 
+SOLVED_WIN = 1.0
+"""The best result a game can give (``Game.terminal_value``'s range is [-1, 1]): a child proven
+lost for its mover proves its parent won at once (the solver, ``MCTSConfig.solver``)."""
+
+
+@dataclass(frozen=True)
+class Proof:
+    """What the solver (``MCTSConfig.solver``) has proven at a search's root: exact results
+    under best play, found from the game's ends the tree reached. Its arrays are aligned with
+    its owner's (``SearchResult``: [A], one entry per action; ``SearchReport``: [k], the root's
+    legal actions)."""
+
+    value: float | None
+    """The root's exact value for its side to move (1 a forced win, -1 a forced loss, 0 a
+    forced draw), None while unproven."""
+    plies: int
+    """Plies to the game's end under that proof (the shortest win, the longest loss); -1 while
+    unproven."""
+    values: np.ndarray
+    """float64 [n]: each action's exact value for the root's side to move; NaN where unproven
+    (and at illegal actions)."""
+    action_plies: np.ndarray
+    """int64 [n]: plies to the game's end after each action, that action included; -1 where
+    unproven."""
+
+    def best(self) -> int:
+        """The index of the best proven action: the highest value, then the fewest plies (the
+        most for a loss), then the first; -1 when none is proven."""
+        # better_proof's order over every proven action at once (argmin/argmax: the first).
+        proven = np.flatnonzero(self.action_plies >= 0)
+        if not proven.size:
+            return -1
+        values = self.values[proven]
+        top = values.max()
+        proven = proven[values == top]
+        plies = self.action_plies[proven]
+        return int(proven[plies.argmax() if top < 0 else plies.argmin()])
+
+    def forced(self) -> int:
+        """The index of the move a proven win or loss imposes (``best``), or -1 (the root is
+        unproven, or a proven draw: any drawing move will do)."""
+        if self.value is None or abs(self.value) < SOLVED_WIN:
+            return -1
+        return self.best()
+
+    def allowed(self, visits: np.ndarray, prior: np.ndarray) -> np.ndarray:
+        """The weights the move is chosen from (as visits [n]): ``visits`` without the proven
+        losses (a proven draw root: only its drawing moves); where that leaves nothing
+        visited, the priors (float [n]) of those moves; where nothing at all, ``visits``."""
+        # NaN (unproven) compares unequal to everything: kept as open, left out of a draw.
+        keep = self.values != -SOLVED_WIN if self.value is None else self.values == self.value
+        kept = np.where(keep, visits, 0)
+        if kept.any():
+            return kept
+        weights = np.where(keep, prior, 0.0)
+        return weights if weights.any() else visits
+
+
+def better_proof(v: float, p: int, bv: float, bp: int) -> bool:
+    """Whether the exact value ``v`` reached in ``p`` plies beats ``bv`` in ``bp`` for the
+    side choosing: the higher value, then the shorter way (the longer for a loss)."""
+    if v != bv:
+        return v > bv
+    return p > bp if v < 0 else p < bp
+
+
 @dataclass(frozen=True)
 class SearchResult:
     """What one search returns."""
@@ -180,6 +257,8 @@ class SearchResult:
     """float32 [A]: the network's prior at the root, before noise (0 for illegal actions)."""
     num_evaluations: int
     """Calls to ``evaluate`` made by this search."""
+    proof: Proof | None = field(default=None, kw_only=True)
+    """With ``MCTSConfig.solver``: what is proven at the root, per action ([A]); else None."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +297,9 @@ class SearchReport:
     """The root's mean value for its side to move, over its evaluation and simulations."""
     nodes: int
     """Nodes the tree holds."""
+    proof: Proof | None = field(default=None, kw_only=True)
+    """With ``MCTSConfig.solver``: what is proven at the root, per legal action ([k]); else
+    None."""
 
     @property
     def pv(self) -> tuple[int, ...]:
@@ -361,8 +443,18 @@ class PuctMoves(_Rules):
     sampled from visits ** (1 / temperature) in the opening, the most visited after."""
 
     def choose(self, result: SearchResult, move_number: int) -> tuple[np.ndarray, int]:
-        """(policy target, move) after a search returned ``result``."""
-        return self.policy_target(result.visits), self.select_action(result.visits, move_number)
+        """(policy target, move) after a search returned ``result``. With the solver's
+        ``proof``, a proven win or loss imposes its move (the shortest win, the longest loss)
+        and otherwise the move is chosen as below without the proven losses (a proven draw:
+        among its drawing moves); the target stays the visits."""
+        target, proof = self.policy_target(result.visits), result.proof
+        if proof is None:
+            return target, self.select_action(result.visits, move_number)
+        forced = proof.forced()
+        if forced >= 0:
+            return target, forced
+        return target, self.select_action(proof.allowed(result.visits, result.root_prior),
+                                          move_number)  # fmt: skip
 
     def select_action(self, visits: np.ndarray, move_number: int) -> int:
         """The move to play from root visits (int [A]) at ``move_number`` (0 = first move).
@@ -419,14 +511,17 @@ class GumbelMoves(_Rules):
 
 __all__ = [
     "PLAY_ALGORITHM",
+    "SOLVED_WIN",
     "Evaluate",
     "GumbelMoves",
     "GumbelResult",
     "MCTSConfig",
+    "Proof",
     "PuctMoves",
     "Search",
     "SearchReport",
     "SearchResult",
+    "better_proof",
     "considered_visits",
     "dirichlet",
     "require_live",

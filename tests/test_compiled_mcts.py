@@ -60,6 +60,8 @@ CONFIGS = {
     "root_fpu": MCTSConfig(num_simulations=60, root_fpu_reduction=0.4, c_puct=2.5),
     "one_sim": MCTSConfig(num_simulations=1),
     "no_noise_frac": MCTSConfig(num_simulations=20, dirichlet_fraction=0.0, temperature=0.0),
+    "solver": MCTSConfig(num_simulations=40, solver=True),
+    "solver_in_flight": MCTSConfig(num_simulations=48, leaves_in_flight=4, solver=True),
 }
 
 
@@ -69,6 +71,11 @@ def assert_same(a: SearchResult, b: SearchResult) -> None:
     assert a.root_value == b.root_value
     np.testing.assert_array_equal(a.root_prior, b.root_prior)
     assert a.num_evaluations == b.num_evaluations
+    assert (a.proof is None) == (b.proof is None)
+    if a.proof is not None:  # the solver's (tests/test_mcts_solver.py)
+        assert (a.proof.value, a.proof.plies) == (b.proof.value, b.proof.plies)
+        np.testing.assert_array_equal(a.proof.values, b.proof.values)
+        np.testing.assert_array_equal(a.proof.action_plies, b.proof.action_plies)
     for name in ("policy", "scores", "gumbel"):  # GumbelResult's
         if hasattr(a, name):
             x, y = getattr(a, name), getattr(b, name)
@@ -117,7 +124,7 @@ async def test_whole_games_match_the_python_search(game: Game, name: str) -> Non
     assert moves >= 3 * 5
 
 
-@pytest.mark.parametrize("name", ["default", "in_flight_vl3", "no_reuse"])
+@pytest.mark.parametrize("name", ["default", "in_flight_vl3", "no_reuse", "solver"])
 @pytest.mark.parametrize("game_name", ["othello", "go9", "go13"])
 async def test_whole_games_of_othello_and_go_match_the_python_search(
     game_name: str, name: str

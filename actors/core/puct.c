@@ -1,7 +1,9 @@
 /* PUCT selection (actors/mcts.py's MCTS._simulate and _select): the child maximising
  * Q + c_puct * P * sqrt(N) / (1 + n), unvisited children at the first-play urgency
  * (the parent's mean value less fpu_reduction * sqrt(visited prior mass), root_fpu_reduction at
- * the root); with width > 1, several leaves per round under virtual loss. */
+ * the root); with width > 1, several leaves per round under virtual loss. With the solver a
+ * proven node is met as a terminal one and a proven root ends the search (a win in more than
+ * one ply goes on among its unproven moves, for a shorter win). */
 #include "rounds.h"
 #include "select.h"
 
@@ -13,9 +15,9 @@
 static int puct_descend(Tree *t, unsigned char *out) {
     const double c_puct = t->c_puct, fpu_reduction = t->fpu_reduction, vl = t->vl;
     t->nbatch = 0;
-    while (t->done < t->count) {
+    while (t->done < t->count && !root_solved(t)) {
         t->nbatch = 0;
-        while (t->done + t->nbatch < t->count && t->nbatch < t->width) {
+        while (t->done + t->nbatch < t->count && t->nbatch < t->width && !root_solved(t)) {
             Node *node = t->root, *child;
             double reduction = t->root_fpu_reduction;
             Step *path = t->paths + (size_t)t->nbatch * t->maxd;
@@ -27,8 +29,11 @@ static int puct_descend(Tree *t, unsigned char *out) {
                 reduction = fpu_reduction;
                 int i = 0;
                 double best = -INFINITY;
+                /* a won root searched on for a shorter win: its unproven moves only */
+                const int open_only = t->solver && node == t->root && node->plies >= 0;
                 for (int j = 0; j < node->k; j++) {
                     const Edge *e = &node->e[j];
+                    if (open_only && e->child && e->child->plies >= 0) continue;
                     long nj = e->n;
                     double score = nj ? e->w / (double)nj + e->p * sqrt_n / (double)(1 + nj)
                                       : fpu + e->p * sqrt_n;
@@ -51,10 +56,10 @@ static int puct_descend(Tree *t, unsigned char *out) {
                     if (!child->has_tv) add_leaf(t, child, len);
                     break;
                 }
-                if (!child->expanded) break;
+                if (!child->expanded || exact_for(t, child)) break;
                 node = child;
             }
-            if (child->has_tv) {
+            if (exact_for(t, child)) {
                 reach_terminal(t, child, path, len, vl);
             } else if (!created) {
                 undo(path, len, vl);

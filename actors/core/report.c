@@ -5,6 +5,8 @@
 #include "report.h"
 #include "glue.h"
 
+#include <math.h>
+
 /* The index of the most visited edge of `n` (ties: the higher prior, then the first), or -1
  * when no edge has a visit. */
 static int most_visited(const Node *n) {
@@ -43,6 +45,38 @@ PyObject *root_edges(Tree *t, PyObject *args) {
     }
     for (int b = 0; b < 4; b++) PyBuffer_Release(&views[b]);
     return Py_BuildValue("(ild)", r->k, r->visits, r->value_sum / (double)r->visits);
+}
+
+PyObject *root_proof(Tree *t, PyObject *args) {
+    PyObject *objs[2];
+    Py_buffer views[2];
+    int by_action = 0;
+    if (!PyArg_ParseTuple(args, "OO|p", &objs[0], &objs[1], &by_action)) return NULL;
+    const Node *r = t->root;
+    if (!r || !r->expanded) return PyErr_Format(PyExc_RuntimeError, "no expanded root");
+    if (write_buffer(objs[0], &views[0], (Py_ssize_t)sizeof(double) * t->num_actions) < 0)
+        return NULL;
+    if (write_buffer(objs[1], &views[1], (Py_ssize_t)sizeof(int64_t) * t->num_actions) < 0) {
+        PyBuffer_Release(&views[0]);
+        return NULL;
+    }
+    double *values = (double *)views[0].buf;
+    int64_t *plies = (int64_t *)views[1].buf;
+    if (by_action)
+        for (int a = 0; a < t->num_actions; a++) {
+            values[a] = NAN;
+            plies[a] = -1;
+        }
+    for (int j = 0; j < r->k; j++) {
+        const Node *c = r->e[j].child;
+        int proven = c && c->plies >= 0, at = by_action ? r->actions[j] : j;
+        values[at] = proven ? -c->tv : NAN;
+        plies[at] = proven ? c->plies + 1 : -1;
+    }
+    PyBuffer_Release(&views[0]);
+    PyBuffer_Release(&views[1]);
+    if (r->plies < 0) return Py_BuildValue("(iOi)", r->k, Py_None, -1);
+    return Py_BuildValue("(idi)", r->k, r->tv, r->plies);
 }
 
 PyObject *principal_variation(Tree *t, PyObject *args) {

@@ -60,6 +60,7 @@ Node *new_node(Tree *t, Node *parent, const unsigned char *state, int terminal, 
     n->k = k;
     n->expanded = 0;
     n->has_tv = terminal;
+    n->plies = terminal ? 0 : -1;
     n->tv = terminal ? tv : 0.0;
     n->visits = 0;
     n->value_sum = 0.0;

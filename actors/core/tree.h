@@ -31,7 +31,9 @@ struct Node {
     int k;                 /* legal actions (edges) */
     int expanded;          /* priors set: the Python node's `actions is not None` */
     int has_tv;            /* terminal: tv is its value, never expanded */
-    double tv;
+    int plies;             /* exact (terminal, or proven by the solver): the plies to the
+                            * game's end under best play, 0 for a terminal; -1 otherwise */
+    double tv;             /* exact: its value for its side to move */
     long visits;
     double value_sum, visited_prior;
     double raw_value;      /* the network's value of this node (Gumbel's mixed value) */
@@ -52,6 +54,7 @@ typedef struct {
     /* the knobs (tree_type.c's KNOBS, MCTSConfig's fields of the same names) */
     double c_puct, fpu_reduction, root_fpu_reduction, vl, c_visit, c_scale;
     int width;              /* leaves per round (leaves_in_flight) */
+    int solver;             /* MCTS-solver (MCTSConfig.solver): proven nodes, PUCT only */
     Node *root;
     uint64_t *history;      /* sorted hashes of the boards before the root (Go's superko) */
     Py_ssize_t nhistory, history_cap;
@@ -122,6 +125,60 @@ static inline void backup(Step *path, int len, double value, double vl) {
         Edge *e = &path[s].node->e[path[s].i];
         e->w += value + vl;
         path[s].node->value_sum += value;
+    }
+}
+
+/* The solver (actors/nodes.py's prove and solve_backup, operation for operation). */
+
+/* Whether the exact value v reached in p plies beats bv in bp for the side choosing: the
+ * higher value, then the shorter way (the longer for a loss). search.better_proof. */
+static inline int better_proof(double v, int p, double bv, int bp) {
+    if (v != bv) return v > bv;
+    return v < 0.0 ? p > bp : p < bp;
+}
+
+/* The best result a game gives (search.SOLVED_WIN): a child proven lost proves a win. */
+#define SOLVED_WIN 1.0
+
+/* Whether n is proven now, from its children (tv and plies set when it is): a child proven
+ * lost for its side to move makes it a win; every child proven, the best of them. */
+static inline int prove(Node *n) {
+    int best = -1, complete = 1, bp = 0;
+    double bv = 0.0;
+    for (int j = 0; j < n->k; j++) {
+        const Node *c = n->e[j].child;
+        if (!c || c->plies < 0) {
+            complete = 0;
+            continue;
+        }
+        double v = -c->tv;
+        int p = c->plies + 1;
+        if (best < 0 || better_proof(v, p, bv, bp)) {
+            best = j;
+            bv = v;
+            bp = p;
+        }
+    }
+    if (best >= 0 && (complete || bv >= SOLVED_WIN)) {
+        n->tv = bv;
+        n->plies = bp;
+        return 1;
+    }
+    return 0;
+}
+
+/* backup() of a simulation that ended at an exact node (value: its exact value), proving
+ * the nodes above it while each is proven in turn; from a node newly proven up, the value
+ * backed up is that node's exact value. */
+static inline void solve_backup(Step *path, int len, double value, double vl) {
+    int solving = 1;
+    for (int s = len - 1; s >= 0; s--) {
+        Node *n = path[s].node;
+        value = -value;
+        n->e[path[s].i].w += value + vl;
+        if (solving && prove(n)) value = n->tv;
+        else solving = 0;
+        n->value_sum += value;
     }
 }
 

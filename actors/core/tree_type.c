@@ -55,6 +55,7 @@ static const Knob KNOBS[] = {
     {"virtual_loss", offsetof(Tree, vl), 0},
     {"c_visit", offsetof(Tree, c_visit), 0},
     {"c_scale", offsetof(Tree, c_scale), 0},
+    {"solver", offsetof(Tree, solver), 1},
 };
 #define NKNOBS ((int)(sizeof KNOBS / sizeof KNOBS[0]))
 
@@ -117,6 +118,11 @@ static int Tree_init(Tree *t, PyObject *args, PyObject *kw) {
     if (t->width < 1) {
         PyErr_Format(PyExc_ValueError, "compiled MCTS: leaves_in_flight must be >= 1, got %d",
                      t->width);
+        return -1;
+    }
+    if (t->solver && sel != &SELECT_PUCT) {
+        PyErr_Format(PyExc_ValueError, "compiled MCTS: the solver is PUCT's, not %s's",
+                     sel->name);
         return -1;
     }
     if (sel->sequential) t->width = 1;
@@ -384,6 +390,9 @@ static PyMethodDef Tree_methods[] = {
     {"advance", (PyCFunction)Tree_advance, METH_VARARGS, "advance(action, reuse)."},
     {"root_edges", (PyCFunction)root_edges, METH_VARARGS,
      "root_edges(actions, visits, values, priors) -> (k, root visits, root value)."},
+    {"root_proof", (PyCFunction)root_proof, METH_VARARGS,
+     "root_proof(values, plies, by_action=False) -> (k, root's exact value or None, root's "
+     "plies)."},
     {"pv", (PyCFunction)principal_variation, METH_VARARGS,
      "pv(edge, limit) -> uint16 bytes: the most visited line through root edge (-1: best)."},
     {"gumbel_start", (PyCFunction)gumbel_start, METH_VARARGS,
