@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
-import threading
 from typing import Any
 
 from azserve.cli.args import checkpoint_arg, common, sims_arg
@@ -27,35 +25,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The ``azserve uci`` main: the checkpoint loads in the background (``uciok`` at once),
-    its search behind the engine, UCI on stdin/stdout."""
-    from actors.search import PLAY_ALGORITHM
-    from azserve.config.argtypes import package_version
-    from azserve.engines.loading import Loading
-    from azserve.engines.search import EngineSearch, engine_mcts
-    from azserve.engines.uci import Engine, Loaded, serve
+    """The ``azserve uci`` main (``engines.protocol.run_stdio``)."""
+    from azserve.engines.protocol import run_stdio
+    from azserve.engines.uci import Engine
 
-    # the checkpoint: read and compiled on a thread while the handshake is answered
-    loading = Loading(args.checkpoint, args.config, args.overrides, "uci", "chess")
-
-    def load() -> Loaded:
-        cfg, agent = loading.get()
-        sims = cfg.eval.sims if args.sims is None else args.sims
-        print(f"azserve uci: {cfg.game}, {PLAY_ALGORITHM} search (Algorithm option; self-play's: "
-              f"{cfg.mcts.algorithm}), {sims} simulations per go "
-              "without limits; UCI on stdin/stdout", file=sys.stderr, flush=True)  # fmt: skip
-        search = EngineSearch(agent.evaluator, engine_mcts(agent.mcts_cfg))
-        return Loaded(agent.game, search, sims, cfg.mcts.algorithm)
-
-    out_lock = threading.Lock()
-
-    def emit(text: str) -> None:
-        with out_lock:
-            sys.stdout.write(text + "\n")
-            sys.stdout.flush()
-
-    # stdin -> the engine -> stdout
-    engine = Engine(load, emit, name=f"azserve {package_version()}")
-    if not serve(engine, sys.stdin):
-        loading.get()  # the input ended: a failed load still says why (exit status 2)
-    return 0
+    return run_stdio(args, Engine, "chess")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import math
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -443,7 +444,45 @@ def serve(engine: LineEngine, stdin: IO[str]) -> bool:
     return engine.done and not ended
 
 
+def run_stdio(args: Any, engine: type[LineEngine], plays: str) -> int:
+    """An engine's main (``azserve uci``, ``azserve usi``): the checkpoint loads in the
+    background (the handshake is answered at once), its search behind ``engine``, the protocol
+    on stdin/stdout. ``plays``: the game the engine plays, for the error when the checkpoint
+    plays another."""
+    from actors.search import PLAY_ALGORITHM
+    from azserve.config.argtypes import package_version
+    from azserve.engines.loading import Loading
+    from azserve.engines.search import EngineSearch, engine_mcts
+
+    name = engine.protocol
+    # the checkpoint: read and compiled on a thread while the handshake is answered
+    loading = Loading(args.checkpoint, args.config, args.overrides, name, plays)
+
+    def load() -> Loaded:
+        cfg, agent = loading.get()
+        sims = cfg.eval.sims if args.sims is None else args.sims
+        print(f"azserve {name}: {cfg.game}, {PLAY_ALGORITHM} search (Algorithm option; "
+              f"self-play's: {cfg.mcts.algorithm}), {sims} simulations per go without limits; "
+              f"{name.upper()} on stdin/stdout", file=sys.stderr, flush=True)  # fmt: skip
+        search = EngineSearch(agent.evaluator, engine_mcts(agent.mcts_cfg))
+        return Loaded(agent.game, search, sims, cfg.mcts.algorithm)
+
+    out_lock = threading.Lock()
+
+    def emit(text: str) -> None:
+        with out_lock:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+
+    # stdin -> the engine -> stdout
+    session = engine(load, emit, name=f"azserve {package_version()}")
+    if not serve(session, sys.stdin):
+        loading.get()  # the input ended: a failed load still says why (exit status 2)
+    return 0
+
+
 __all__ = [
+    "run_stdio",
     "MARGIN_MS",
     "MAX_NODES",
     "Limits",
