@@ -35,14 +35,14 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-from actors.games.base import Game
 from actors.games.benchmark import Benchmark
 from actors.games.chess.benchmark import MoveQuality
 from actors.games.chess.pgn import pgn_record
+from actors.games.compiled import CompiledGame
 
 START_FEN = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 TYPES = 73
@@ -128,7 +128,7 @@ def _parse_sq(text: str) -> int:
     return (int(text[1]) - 1) * 8 + _FILES.index(text[0])
 
 
-class Chess(Game):
+class Chess(CompiledGame):
     """Chess with AlphaZero's 4,672 actions (module docstring). ``max_plies``: the ply cap,
     adjudicated a draw; ``history``: earlier positions in the planes (0..15)."""
 
@@ -141,55 +141,17 @@ class Chess(Game):
     openspiel = "chess"
     num_actions = ACTIONS
 
-    def __init__(self, max_plies: int = 512, history: int = 7) -> None:
-        from actors.compiled_mcts import compiled_available, core_rules
+    state_type = ChessState
+    side_at = 64
 
-        self.max_plies = int(max_plies)
-        self.history = int(history)
-        self.core_params = (float(self.max_plies), float(self.history))
-        if not compiled_available(self):
-            raise ValueError("chess needs the compiled core (pip install -e . builds it)")
-        self._rules: Any = core_rules(self)  # ValueError for a bad cap or history
+    def __init__(self, max_plies: int = 512, history: int = 7) -> None:
+        super().__init__(max_plies, history)
         self.obs_shape = (14 * (self.history + 1) + 7, 8, 8)
         self._blob_size = HIST_AT + ITEM * self.history
         self._start = self.from_fen(START_FEN)
 
-    # --- the contract -------------------------------------------------------------------
-
-    def initial_state(self) -> ChessState:
-        return self._start
-
-    def core_state(self, s: ChessState) -> tuple[bytes, bytes]:
-        return s.blob, b""
-
-    def legal_actions(self, s: ChessState) -> list[int]:
-        return [] if s.over else self._rules.legal(s.blob, b"")
-
-    def apply(self, s: ChessState, a: int) -> ChessState:
-        if s.over:
-            raise ValueError("chess: the game is over")
-        if not 0 <= a < ACTIONS:
-            raise ValueError(f"chess: action {a} is out of range 0..{ACTIONS - 1}")
-        try:
-            blob, over, value = self._rules.play(s.blob, b"", a)
-        except ValueError:
-            raise ValueError(f"chess: action {a} is illegal in {self.to_fen(s)}") from None
-        return ChessState(blob, over, value)
-
-    def is_terminal(self, s: ChessState) -> bool:
-        return s.over
-
-    def terminal_value(self, s: ChessState) -> float:
-        if not s.over:
-            raise ValueError("chess: terminal_value of a position that is not terminal")
-        return s.value
-
-    def to_play(self, s: ChessState) -> int:
-        return s.blob[64]
-
-    def encode(self, s: ChessState) -> np.ndarray:
-        planes = np.frombuffer(self._rules.encode(s.blob), dtype=np.uint8)
-        return planes.reshape(self.obs_shape)
+    def position_text(self, s: ChessState) -> str:
+        return self.to_fen(s)
 
     def cap_score(self, s: ChessState, repetitions: bool = False) -> float | None:
         """The side to move's material lead (P1 N3 B3 R5 Q9) where the game was drawn at

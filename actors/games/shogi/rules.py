@@ -36,11 +36,11 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-from actors.games.base import Game
+from actors.games.compiled import CompiledGame
 from actors.games.shogi.csa import csa_record
 
 START_SFEN = "lnsgkgsnl/1r5b1/ppppppppp/9/9/9/PPPPPPPPP/1B5R1/LNSGKGSNL b - 1"
@@ -103,7 +103,7 @@ def _parse_sq(text: str) -> int:
     return _RANKS.index(text[1]) * 9 + 9 - int(text[0])
 
 
-class Shogi(Game):
+class Shogi(CompiledGame):
     """Shogi with AlphaZero's 11,259 actions (module docstring). ``max_plies``: the ply cap,
     adjudicated a draw; ``history``: earlier positions in the planes (0..15)."""
 
@@ -115,55 +115,17 @@ class Shogi(Game):
     core_name = "shogi"
     num_actions = ACTIONS
 
-    def __init__(self, max_plies: int = 512, history: int = 7) -> None:
-        from actors.compiled_mcts import compiled_available, core_rules
+    state_type = ShogiState
+    side_at = 81
 
-        self.max_plies = int(max_plies)
-        self.history = int(history)
-        self.core_params = (float(self.max_plies), float(self.history))
-        if not compiled_available(self):
-            raise ValueError("shogi needs the compiled core (pip install -e . builds it)")
-        self._rules: Any = core_rules(self)  # ValueError for a bad cap or history
+    def __init__(self, max_plies: int = 512, history: int = 7) -> None:
+        super().__init__(max_plies, history)
         self.obs_shape = (45 * (self.history + 1) + 2, 9, 9)
         self._blob_size = HIST_AT + ITEM * self.history
         self._start = self.from_sfen(START_SFEN)
 
-    # --- the contract -------------------------------------------------------------------
-
-    def initial_state(self) -> ShogiState:
-        return self._start
-
-    def core_state(self, s: ShogiState) -> tuple[bytes, bytes]:
-        return s.blob, b""
-
-    def legal_actions(self, s: ShogiState) -> list[int]:
-        return [] if s.over else self._rules.legal(s.blob, b"")
-
-    def apply(self, s: ShogiState, a: int) -> ShogiState:
-        if s.over:
-            raise ValueError("shogi: the game is over")
-        if not 0 <= a < ACTIONS:
-            raise ValueError(f"shogi: action {a} is out of range 0..{ACTIONS - 1}")
-        try:
-            blob, over, value = self._rules.play(s.blob, b"", a)
-        except ValueError:
-            raise ValueError(f"shogi: action {a} is illegal in {self.to_sfen(s)}") from None
-        return ShogiState(blob, over, value)
-
-    def is_terminal(self, s: ShogiState) -> bool:
-        return s.over
-
-    def terminal_value(self, s: ShogiState) -> float:
-        if not s.over:
-            raise ValueError("shogi: terminal_value of a position that is not terminal")
-        return s.value
-
-    def to_play(self, s: ShogiState) -> int:
-        return s.blob[81]
-
-    def encode(self, s: ShogiState) -> np.ndarray:
-        planes = np.frombuffer(self._rules.encode(s.blob), dtype=np.uint8)
-        return planes.reshape(self.obs_shape)
+    def position_text(self, s: ShogiState) -> str:
+        return self.to_sfen(s)
 
     def cap_score(self, s: ShogiState, repetitions: bool = False) -> float | None:
         """The side to move's material lead (P1 L3 N4 S5 G6 B8 R10; +P +L +N +S 6, +B 10, +R
