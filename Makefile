@@ -13,7 +13,7 @@ TESTS ?=
 # pytest-xdist workers for make test (the cluster tests take turns: tests/conftest.py).
 WORKERS ?= 2
 
-.PHONY: venv train test device-rehearsal fuzz lint docs clean distclean
+.PHONY: venv train test test-long device-rehearsal fuzz lint docs clean distclean
 
 # setup.py builds the compiled MCTS core (actors/core/, its games in actors/core/games/): a
 # changed, added or removed source reinstalls.
@@ -42,7 +42,12 @@ train: venv
 
 test: venv
 	scripts/system_deps.sh  # Slurm and munge for the cluster tests (root + apt only)
-	AZSERVE_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(WORKERS) $(TESTS)
+	AZSERVE_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(WORKERS) -m "not long" $(TESTS)
+
+# The long forms (shogi's perft to depth 5 and beyond, 10,000 games in lockstep with cshogi):
+# minutes each, so not in make test.
+test-long: venv
+	AZSERVE_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(WORKERS) -m long $(TESTS)
 
 # The lent GPU machine's run, rehearsed on the CPU under its Python (3.12) and torch (2.11) with no
 # package index: scripts/device/rehearse (docs/gpu.md). Needs no venv of its own; .ci/run calls it.

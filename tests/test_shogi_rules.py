@@ -90,7 +90,7 @@ def test_perft_matches_the_published_counts(
     assert perft(shogi, shogi.from_sfen(sfen), depth) == nodes
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("sfen", "depth", "nodes"),
     [
@@ -243,7 +243,7 @@ def test_random_games_agree_with_cshogi(chunk: int) -> None:
         assert {"mate", "sennichite", "ply cap"} <= set(ends), ends
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(3600)
 def test_ten_thousand_random_games_agree_with_cshogi() -> None:
     game = Shogi(max_plies=320, history=0)
