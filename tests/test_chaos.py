@@ -169,7 +169,7 @@ def test_each_network_fault_loads_in_a_namespace_and_heals() -> None:
     host's firewall and link as they were."""
     import shutil
 
-    from azserve.perf.chaos import clear_fault, loss_rules, partition_rules, set_fault
+    from azserve.perf.netfaults import clear_fault, loss_rules, partition_rules, set_fault
     from azserve.perf.netns import destroy_lan, make_lan
 
     if unavailable() or shutil.which("nft") is None:
