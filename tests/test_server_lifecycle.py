@@ -10,11 +10,14 @@ import pytest
 
 from azserve import RequestTimeout, ServerClosed
 from azserve.errors import ComponentFailed
+from azserve.server import dispatch
 from tests.conftest import (
     GatedBackend,
     MakeClient,
     MakeServer,
     Reference,
+    ZmqSockets,
+    eval_header,
     positions,
     wait_for,
 )
@@ -213,3 +216,34 @@ async def test_a_dead_client_task_fails_its_pending_calls_at_once(
     assert client.lifecycle.state.value == "failed"
     with pytest.raises(ServerClosed, match="EvalClient is failed"):
         client.evaluate(positions(1)[0])
+
+
+async def test_requests_met_while_the_server_starts_are_served(
+    make_server: MakeServer,
+    zmq_sockets: ZmqSockets,
+    ipc_endpoint: str,
+    ref: Reference,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restarted server meets its clients' resent requests before ``start`` returns (the
+    receive task runs while it still opens the metrics endpoint). They are served, not refused
+    as ``ServerClosed``: that refusal once gave up every game in flight after a kill -9."""
+    gate = asyncio.Event()
+    real = dispatch.start_endpoint
+
+    async def held_open(*args: object, **kwargs: object) -> object:
+        await gate.wait()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "start_endpoint", held_open)
+    raw = zmq_sockets.dealer(ipc_endpoint)
+    starting = asyncio.create_task(make_server(ipc_endpoint))
+    obs = positions(3, seed=21)
+    reply, arrays = await raw.call(eval_header(1, obs), obs.tobytes(), timeout_s=10)
+    assert not starting.done()  # answered inside the window, while start() waited
+    assert reply["op"] == "result", reply
+    logits, value = arrays
+    assert ref.matches(obs, logits, value)
+    gate.set()
+    server = await asyncio.wait_for(starting, 10)
+    assert server.lifecycle.running

@@ -325,7 +325,10 @@ class InferenceServer:
             if why is not None:
                 raise RemoteError("BadLegal", why)
             legal = (offsets, actions)
-        if not self.lifecycle.running:
+        # STARTING counts as open: the receive and schedule tasks run before ``start`` returns
+        # (it still awaits the metrics endpoint), and a restarted server meets resent requests
+        # in that window; refusing them gave up every game a client had in flight.
+        if self.lifecycle.state not in (State.STARTING, State.RUNNING):
             raise RemoteError("ServerClosed", "server is shutting down")
         version = self.residency.resolve(msg.version)
         self.scheduler.submit(envelope, msg.id, version, obs, legal)
