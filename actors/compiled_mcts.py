@@ -19,12 +19,13 @@ built (no C compiler at install time): ``use_compiled`` decides.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 import numpy as np
 
 from actors.games import Game, State
+from actors.games import compiled as _loader
+from actors.games.compiled import compiled_available, core_rules
 from actors.search import (
     Evaluate,
     GumbelMoves,
@@ -39,89 +40,13 @@ from actors.search import (
     require_live,
 )
 
-log = logging.getLogger("actors.compiled_mcts")
-
-_ABI = 8
-"""The interface of actors/core/ this module drives (its ``ABI``); a build of an older
-source (the C file changed, ``pip install -e .`` not run again) is not used."""
-
-
-def _checked_core(module: Any) -> tuple[Any, str]:
-    """(the compiled core, or None; why not, when None)."""
-    if module is None:
-        return None, "it was not built"
-    abi = getattr(module, "ABI", 1)
-    if abi != _ABI:
-        why = (
-            f"{module.__file__} was built from an older actors/core/ (ABI {abi}, this "
-            f"code needs {_ABI}); rebuild it with `pip install -e .`"
-        )
-        log.warning("the compiled MCTS is not used: %s", why)
-        return None, why
-    return module, ""
-
-
-try:
-    from actors import _mcts_core as _built
-except ImportError:  # built by `pip install -e .` when a C compiler is present
-    _built = None
-_mcts_core, _UNAVAILABLE = _checked_core(_built)
-
-core: Any = _mcts_core
-"""The compiled core (``actors._mcts_core``: ``Tree``, ``Cache``, ``step_many``), or None when
-it was not built or is stale."""
-
-step_many: Any = getattr(_mcts_core, "step_many", None)
-
-
-def live_trees() -> tuple[int, int]:
-    """(nodes, bytes) held by every compiled tree of this process: what the trees of its games
-    hold now (each grows by at most a search's simulations per move, and a played move frees
-    every branch but its own); (0, 0) without the core."""
-    fn = getattr(_mcts_core, "live_trees", None)
-    return tuple(fn()) if fn is not None else (0, 0)  # type: ignore[return-value]
-
-
-"""``step_many(trees, logits [n, A], values [n], outs) -> (flags, errors)``: ``tree.step`` of
-many trees at once, each on its own row (``actors.searchpool``); None when not built."""
-
-
-def compiled_available(game: Game) -> bool:
-    """Whether the compiled core was built and knows ``game``'s rules."""
-    return _mcts_core is not None and core_name(game) in _mcts_core.GAMES
-
-
-def core_name(game: Game) -> str | None:
-    """The compiled rules ``game`` names for itself: on its instance or its own class, never
-    inherited, since a subclass may change the rules the name stands for."""
-    name = vars(game).get("core_name", type(game).__dict__.get("core_name"))
-    return name if isinstance(name, str) else None
-
-
-def core_params(game: Game) -> tuple[float, ...]:
-    """The parameters of ``game``'s compiled rules (Go: size, komi), read as ``core_name``."""
-    params = vars(game).get("core_params", type(game).__dict__.get("core_params", ()))
-    return tuple(params)
-
-
-_RULES: dict[tuple[str | None, tuple[float, ...]], Any] = {}
-
-
-def core_rules(game: Game) -> Any:
-    """``game``'s compiled rules (``_mcts_core.Rules``), made once per name and parameters and
-    shared by every tree of the process."""
-    key = (core_name(game), core_params(game))
-    rules = _RULES.get(key)
-    if rules is None:
-        rules = _RULES[key] = _mcts_core.Rules(key[0], *key[1])  # type: ignore[union-attr]
-    return rules
-
 
 def new_tree(game: Game, config: MCTSConfig, selection: str) -> Any:
     """A compiled tree for ``game`` searching by ``selection`` (an entry of the core's
     ``SELECTIONS``), every knob the core names (``KNOBS``) taken from ``config`` by name."""
-    knobs = {name: getattr(config, name) for name in _mcts_core.KNOBS}  # type: ignore[union-attr]
-    return _mcts_core.Tree(core_rules(game), selection, **knobs)  # type: ignore[union-attr]
+    core = _loader._mcts_core
+    knobs = {name: getattr(config, name) for name in core.KNOBS}
+    return core.Tree(core_rules(game), selection, **knobs)
 
 
 def use_compiled(game: Game, config: MCTSConfig) -> bool:
@@ -132,7 +57,7 @@ def use_compiled(game: Game, config: MCTSConfig) -> bool:
     if compiled_available(game):
         return True
     if config.core == "compiled":
-        why = _UNAVAILABLE if _mcts_core is None else f"it does not know {game.name}"
+        why = _loader._UNAVAILABLE if _loader._mcts_core is None else f"does not know {game.name}"
         raise ValueError(f"mcts.core=compiled: the compiled MCTS is unavailable ({why})")
     return False
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.compiled_mcts import core
+from actors.games.compiled import core
 from azserve.cachestats import CacheStats
 
 PY_ENTRY_OVERHEAD = 290

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from actors.compiled_mcts import live_trees
+from actors.games.compiled import live_trees
 from azserve.prom import SECONDS, role_registry
 
 

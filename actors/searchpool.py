@@ -38,9 +38,10 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from actors.compiled_mcts import CompiledSearch, step_many
+from actors.compiled_mcts import CompiledSearch
 from actors.evalcache import EvalCache
 from actors.games import State
+from actors.games.compiled import step_many
 from azserve import sparse as _sparse
 from azserve.errors import ComponentFailed
 from azserve.lifecycle import Lifecycle

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from actors.compiled_mcts import live_trees
 from actors.config import ActorsConfig
 from actors.evalcache import EvalCache
 from actors.games import Game, State, make_game
+from actors.games.compiled import live_trees
 from actors.search import MCTSConfig, Search, SearchResult
 from actors.searches import make_search
 from actors.searchpool import SearchPool

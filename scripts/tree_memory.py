@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from actors.compiled_mcts import live_trees
 from actors.games import make_game
+from actors.games.compiled import live_trees
 from actors.searches import make_search
 from azserve.config.presets import resolve_config
 from azserve.config.schema import load_config

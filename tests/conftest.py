@@ -382,12 +382,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """``make test`` sets AZSERVE_REQUIRE_COMPILED=1: the compiled MCTS tests must run, not be
     skipped because the optional C extension failed to build or is stale."""
     if os.environ.get("AZSERVE_REQUIRE_COMPILED") == "1":
-        from actors import compiled_mcts
+        from actors.games import compiled
 
-        if compiled_mcts._mcts_core is None:
+        if compiled._mcts_core is None:
             raise pytest.UsageError(
                 "AZSERVE_REQUIRE_COMPILED=1 but the compiled MCTS core is unavailable: "
-                f"{compiled_mcts._UNAVAILABLE}"
+                f"{compiled._UNAVAILABLE}"
             )
 
 

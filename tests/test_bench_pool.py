@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.compiled_mcts import compiled_available
 from actors.games import ConnectFour
+from actors.games.compiled import compiled_available
 from azserve.perf import pool as bench_pool
 
 pytestmark = pytest.mark.skipif(

@@ -17,9 +17,9 @@ import random
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import core
 from actors.games import make_game
 from actors.games.chess.rules import START_FEN, Chess, ChessState
+from actors.games.compiled import core
 from actors.search import MCTSConfig
 
 pytestmark = pytest.mark.skipif(core is None, reason="actors._mcts_core was not built")

@@ -19,7 +19,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-import actors.compiled_mcts as compiled_mcts
+import actors.games.compiled as compiled
 from actors.games import make_game
 from actors.gumbel import GumbelSearch
 from actors.mcts import MCTS
@@ -35,7 +35,7 @@ COMPILER = (sysconfig.get_config_var("CC") or "cc").split()[0]
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(600),
-    pytest.mark.skipif(compiled_mcts.core is None, reason="actors._mcts_core was not built"),
+    pytest.mark.skipif(compiled.core is None, reason="actors._mcts_core was not built"),
     pytest.mark.skipif(shutil.which(COMPILER) is None, reason=f"no C compiler ({COMPILER})"),
 ]
 
@@ -90,7 +90,7 @@ def nim_file(tmp_path: Path) -> str:
 def test_the_new_file_is_in_the_table_and_plays_as_the_python_file(
     nim_core: ModuleType, nim_file: str
 ) -> None:
-    assert set(nim_core.GAMES) == {*compiled_mcts.core.GAMES, "nim"}
+    assert set(nim_core.GAMES) == {*compiled.core.GAMES, "nim"}
     game = make_game(nim_file)
     rules = nim_core.Rules("nim")
     assert (rules.num_actions, rules.obs_size, rules.max_plies) == (3, 12, 12)
@@ -101,7 +101,7 @@ def test_the_new_file_is_in_the_table_and_plays_as_the_python_file(
 
 def test_without_the_file_the_same_class_runs_the_python_search(nim_file: str) -> None:
     game = make_game(nim_file)
-    assert "nim" not in compiled_mcts.core.GAMES
+    assert "nim" not in compiled.core.GAMES
     assert type(make_search(game, MCTSConfig(), np.random.default_rng(0))) is MCTS
 
 
@@ -109,8 +109,8 @@ def test_without_the_file_the_same_class_runs_the_python_search(nim_file: str) -
 async def test_the_compiled_searches_play_it_as_the_python_ones(
     selection: str, nim_core: ModuleType, nim_file: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(compiled_mcts, "_mcts_core", nim_core)
-    monkeypatch.setattr(compiled_mcts, "_RULES", {})
+    monkeypatch.setattr(compiled, "_mcts_core", nim_core)
+    monkeypatch.setattr(compiled, "_RULES", {})
     monkeypatch.setitem(ACTIONS, (1, 12), 3)  # the evaluator's policy width for Nim's planes
     game, cfg = make_game(nim_file), CONFIGS[selection]
     for seed in range(3):

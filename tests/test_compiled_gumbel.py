@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import CompiledGumbel, compiled_available
+from actors.compiled_mcts import CompiledGumbel
 from actors.games import ConnectFour, Game, TicTacToe, make_game
+from actors.games.compiled import compiled_available
 from actors.gumbel import GumbelSearch
 from actors.search import MCTSConfig
 from actors.searches import make_search

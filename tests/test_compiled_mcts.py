@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import CompiledMCTS, compiled_available, live_trees
+from actors.compiled_mcts import CompiledMCTS
 from actors.games import ConnectFour, Game, TicTacToe, make_game
+from actors.games.compiled import compiled_available, live_trees
 from actors.mcts import MCTS
 from actors.search import MCTSConfig, SearchResult, dirichlet
 from actors.searches import make_search
@@ -328,12 +329,13 @@ def test_a_stale_build_of_the_core_is_not_used(caplog: pytest.LogCaptureFixture)
     the current build is the one in use."""
     from types import SimpleNamespace
 
-    from actors import _mcts_core, compiled_mcts
+    from actors import _mcts_core
+    from actors.games import compiled
 
-    assert compiled_mcts._checked_core(_mcts_core) == (_mcts_core, "")
+    assert compiled._checked_core(_mcts_core) == (_mcts_core, "")
     for stale in (SimpleNamespace(__file__="old.so"), SimpleNamespace(__file__="old.so", ABI=1)):
-        core, why = compiled_mcts._checked_core(stale)
+        core, why = compiled._checked_core(stale)
         assert core is None
         assert "older actors/core/ (ABI 1" in why and "pip install -e ." in why
     assert "rebuild it with `pip install -e .`" in caplog.text
-    assert compiled_mcts._checked_core(None) == (None, "it was not built")
+    assert compiled._checked_core(None) == (None, "it was not built")

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import core, core_rules
 from actors.games import Game, make_game
+from actors.games.compiled import core, core_rules
 
 pytestmark = pytest.mark.skipif(core is None, reason="actors._mcts_core was not built")
 

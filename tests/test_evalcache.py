@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import core
 from actors.config import ActorsConfig
 from actors.evalcache import EvalCache
+from actors.games.compiled import core
 from actors.search import MCTSConfig
 from actors.selfplay import SelfPlay
 from azserve.client import ClientConfig, EvalClient

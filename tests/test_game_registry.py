@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.compiled_mcts import core, core_name, core_rules
 from actors.games import BUILTIN_GAMES, make_game
+from actors.games.compiled import core, core_name, core_rules
 from tests.test_core_rules import lockstep_games, play_in_lockstep
 
 pytestmark = pytest.mark.skipif(core is None, reason="actors._mcts_core was not built")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import core, core_rules
 from actors.games import make_game
+from actors.games.compiled import core, core_rules
 from actors.games.go.features import PLANES, GoFeatures
 
 

@@ -239,7 +239,8 @@ def test_a_failed_analysis_stream_ends_and_the_session_goes_on() -> None:
 def test_genmove_searches_with_the_configured_algorithm(algorithm: str) -> None:
     """The engine's search is ``make_search``'s for the checkpoint's ``mcts`` (compiled where
     the core plays Go), and what GTP shows is read from its ``report()``."""
-    from actors.compiled_mcts import CompiledGumbel, CompiledMCTS, compiled_available
+    from actors.compiled_mcts import CompiledGumbel, CompiledMCTS
+    from actors.games.compiled import compiled_available
     from actors.games.go.rules import Go
     from actors.search import PLAY_ALGORITHM, MCTSConfig
     from azserve.engines.gtp.engine import AgentMoves

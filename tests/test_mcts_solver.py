@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import CompiledMCTS, compiled_available, core, core_rules
+from actors.compiled_mcts import CompiledMCTS
 from actors.games import ConnectFour, Game, State, TicTacToe, make_game
+from actors.games.compiled import compiled_available, core, core_rules
 from actors.games.solver import TicTacToeSolver
 from actors.mcts import MCTS
 from actors.search import MCTSConfig, SearchResult

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import core, core_rules
 from actors.games import make_game
+from actors.games.compiled import core, core_rules
 
 pyspiel = pytest.importorskip(
     "pyspiel", reason="open-spiel is a test dependency: pip install -e '.[test]'"

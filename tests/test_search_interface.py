@@ -9,8 +9,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import CompiledGumbel, CompiledMCTS, compiled_available
+from actors.compiled_mcts import CompiledGumbel, CompiledMCTS
 from actors.games import ConnectFour
+from actors.games.compiled import compiled_available
 from actors.gumbel import GumbelSearch
 from actors.mcts import MCTS
 from actors.search import GumbelMoves, MCTSConfig, PuctMoves, Search

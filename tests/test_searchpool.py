@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import compiled_available, step_many
 from actors.evalcache import EvalCache
 from actors.games import ConnectFour, TicTacToe
+from actors.games.compiled import compiled_available, step_many
 from actors.search import MCTSConfig
 from actors.searches import make_search
 from actors.searchpool import SearchPool

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import core, core_name, core_rules, new_tree
+from actors.compiled_mcts import new_tree
 from actors.games import BUILTIN_GAMES, make_game
+from actors.games.compiled import core, core_name, core_rules
 from actors.gumbel import GumbelSearch
 from actors.mcts import MCTS
 from actors.search import MCTSConfig

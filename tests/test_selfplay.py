@@ -157,7 +157,7 @@ async def test_chess_draws_at_the_cap_go_to_the_side_ahead(
     ``mcts.cap_win_margin`` 1 the games drawn at the cap with a material lead count as won
     (``adjudicated``), each trajectory's outcomes following its result; with 0 every
     adjudication is off and capped games stay drawn."""
-    from actors.compiled_mcts import core
+    from actors.games.compiled import core
     from azserve import InferenceServer
     from azserve.backends import BackendConfig, TorchConfig, make_backend
     from azserve.server.dispatch import InitialWeights

@@ -18,8 +18,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import core
 from actors.games import make_game
+from actors.games.compiled import core
 from actors.games.shogi.rules import START_SFEN, Shogi, ShogiState
 
 pytestmark = pytest.mark.skipif(core is None, reason="actors._mcts_core was not built")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import core
+from actors.games.compiled import core
 from actors.main import SUMMARY_TAG
 from azserve.config.schema import load_config
 from azserve.sparse import SparseRows

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from actors.compiled_mcts import core
 from actors.evalcache import EvalCache
 from actors.games import make_game
+from actors.games.compiled import core
 from actors.search import MCTSConfig
 from actors.searches import make_search
 from actors.searchpool import SearchPool

@@ -13,7 +13,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from actors.compiled_mcts import core
+from actors.games.compiled import core
 from actors.main import SUMMARY_TAG
 from azserve import protocol as P
 from azserve.errors import ProtocolError

@@ -136,8 +136,8 @@ async def test_chess_self_play_on_the_synthetic_backend(make_client: MakeClient)
     """A wide game (chess, 4,672 actions) on the synthetic backend: one row hash per position,
     not a projection to every output, so a batch costs milliseconds; sparse replies, as for a
     network, carry the legal moves' logits only and they are the dense outputs' own."""
-    from actors.compiled_mcts import core
     from actors.games import make_game
+    from actors.games.compiled import core
     from azserve import InferenceServer, sparse
     from azserve.model.spec import NetConfig
     from azserve.server.dispatch import InitialWeights

@@ -1,4 +1,4 @@
-/* The interface version of actors._mcts_core: actors/compiled_mcts.py's _ABI must equal it.
+/* The interface version of actors._mcts_core: actors/games/compiled.py's _ABI must equal it.
  * Bump it with every change a caller can see (a method, an argument, a knob, a game's blob), so
  * that a stale build is told apart and not run. */
 #ifndef AZSERVE_ABI_H
