@@ -42,7 +42,7 @@ train: venv
 
 test: venv
 	scripts/system_deps.sh  # Slurm and munge for the cluster tests (root + apt only)
-	AZSERVE_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(WORKERS) -m "not long" $(TESTS)
+	AZSERVE_REQUIRE_COMPILED=1 $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup -m "not long" $(TESTS)
 
 # The long forms (shogi's perft to depth 5 and beyond, 10,000 games in lockstep with cshogi):
 # minutes each, so not in make test.

@@ -364,6 +364,7 @@ LOCK_WAIT_S = 600
 other worker runs the other cluster tests (about 250 s together here), with room to spare."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A cluster test's own timeout (its marker, else the ini's) plus ``LOCK_WAIT_S``: pytest-
     timeout counts the fixture that waits for the lock, and a test should fail by name for its
@@ -372,6 +373,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("cluster") is None:
             continue
+        # One worker takes them all in turn (make test's ``--dist loadgroup``) while the other
+        # runs the rest: under plain ``load`` a worker could sit idle on the lock above.
+        item.add_marker(pytest.mark.xdist_group("cluster"))
         own = item.get_closest_marker("timeout")
         seconds = float(own.args[0]) if own is not None and own.args else default
         if seconds:

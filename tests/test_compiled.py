@@ -37,7 +37,8 @@ from tests.conftest import (
     weights_blob,
 )
 
-pytestmark = pytest.mark.usefixtures("torch_one_thread")
+# One worker takes the module (make test's --dist loadgroup): the inductor fixture compiles once.
+pytestmark = [pytest.mark.usefixtures("torch_one_thread"), pytest.mark.xdist_group("compiled")]
 
 
 def randomise_batchnorm(net: nn.Module, seed: int) -> None:

@@ -181,7 +181,7 @@ def test_the_search_interface_imports_no_search() -> None:
     graph = import_graph()
     assert "actors.mcts" not in graph["actors.gumbel"]
     assert graph["actors.search"].isdisjoint(
-        {"actors.mcts", "actors.gumbel", "actors.compiled_mcts", "actors.games.compiled", "actors.searches"}
+        {"actors.mcts", "actors.gumbel", "actors.compiled_mcts", "actors.searches"}
     )
 
 

@@ -204,13 +204,29 @@ def test_kill_9_of_rank_1_restarts_the_group_from_the_newest_checkpoint(tmp_path
             )
         before = max(versions_published(run_dir))
         os.kill(ranks[1], signal.SIGKILL)
-        output, _ = proc.communicate(timeout=400)
+        learner_log = run_dir / "logs" / "learner.log"
+
+        def rejoined_and_published() -> bool:
+            log = learner_log.read_text()
+            return (
+                log.count("rank 1 of 2 joined") == 2
+                and log.count("rank 0 of 2 joined") == 2
+                and max(versions_published(run_dir)) > before
+            )
+
+        deadline = time.monotonic() + 150
+        while proc.poll() is None and time.monotonic() < deadline:
+            if rejoined_and_published():  # what the test is about: stop the run here
+                proc.send_signal(signal.SIGINT)
+                break
+            time.sleep(1)
+        output, _ = proc.communicate(timeout=150)
     finally:
         if proc.poll() is None:  # the whole run: the supervisor and its children
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 0, output[-4000:]
-    log = (run_dir / "logs" / "learner.log").read_text()
+    assert proc.returncode in (0, 130), output[-4000:]  # ended by its clock, or stopped above
+    log = learner_log.read_text()
     assert log.count("rank 1 of 2 joined") == 2 and log.count("rank 0 of 2 joined") == 2, log
     assert "resumed from" in log, log[-3000:]
     versions = versions_published(run_dir)

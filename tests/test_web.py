@@ -31,7 +31,8 @@ from learner.runlog import read_metrics
 from tests.web_browser import Browser, chromium_path
 from tests.web_runs import REPO, TrainedRun, azserve, game_run, train_watched
 
-pytestmark = pytest.mark.timeout(300)  # the module's run: a tiny training and ladder, ~40 s
+# One worker takes the module (make test's --dist loadgroup): its run is made once, not per worker.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("web")]  # the run: ~40 s
 
 
 @pytest.fixture(scope="module")
