@@ -81,7 +81,8 @@ def grid_of(game: Game) -> Grid | None:
 
 
 def is_chess(game: Game) -> bool:
-    return "uci" in game.protocols and hasattr(game, "to_fen") and hasattr(game, "uci")
+    """A game UCI speaks is chess's (its ``to_fen`` and ``uci`` are what the engines use)."""
+    return "uci" in game.protocols
 
 
 def board_of(game: Game) -> dict[str, Any]:
