@@ -14,9 +14,9 @@ What the file proves, for every generated input:
 - **The ladder's file**: a damaged ``games.jsonl`` is refused with its path and line number, or
   read whole; the file's bytes are never changed (but a torn last line cut off); the records it
   accepts are ones the fit can use.
-- **UCI, as a process**: a stream of random, mutated, huge and binary lines, commands out of
-  order and a ``go`` now and then; the engine answers ``isready`` with ``readyok`` at the end,
-  exits 0 on ``quit``, and never prints a traceback.
+- **UCI and USI, as processes**: a stream of random, mutated, huge and binary lines, commands
+  out of order and a ``go`` now and then; the engine answers every ``isready`` with ``readyok``
+  and every handshake, exits 0 on ``quit``, and never prints a traceback.
 
 ``AZSERVE_FUZZ_EXAMPLES`` scales it (``make fuzz``: 200,000); the default keeps ``make test``
 short. The long form's counts and findings are in docs/reliability.md.
@@ -387,40 +387,93 @@ def _uci_stream(rng: random.Random, n: int) -> list[str]:
     return out + ["isready"]
 
 
-@pytest.mark.timeout(int(os.environ.get("AZSERVE_FUZZ_TIMEOUT_S", "300")))
-def test_uci_survives_a_stream_of_junk_and_still_answers(tmp_path: Path) -> None:
-    from tests.test_cli import azserve_cmd
-    from tests.test_uci import chess_checkpoint
+FUZZ_TIMEOUT_S = int(os.environ.get("AZSERVE_FUZZ_TIMEOUT_S", "300"))
 
-    ckpt = chess_checkpoint(tmp_path)
-    lines = _uci_stream(random.Random(9), max(200, EXAMPLES // 2))
+
+def _survives(command: str, ckpt: Path, lines: list[str], handshake: str) -> None:
+    """``azserve COMMAND`` fed ``lines`` then ``quit``: exit 0, no traceback, a ``readyok`` for
+    every ``isready`` and a ``HANDSHAKEok`` for every handshake line (answered at once, even
+    while a search runs), and a ``bestmove`` when any ``go`` came."""
+    from tests.test_cli import azserve_cmd
+
     proc = subprocess.run(
-        [
-            *azserve_cmd(),
-            "uci",
-            "--checkpoint",
-            str(ckpt),
-            "--sims",
-            "2",
-            "--set",
-            "backend.torch.compile=none",
-        ],  # fmt: skip
+        [*azserve_cmd(), command, "--checkpoint", str(ckpt), "--sims", "2",
+         "--set", "backend.torch.compile=none"],
         input="\n".join(lines) + "\nquit\n",
         capture_output=True,
         text=True,
         encoding="latin-1",
-        timeout=int(os.environ.get("AZSERVE_FUZZ_TIMEOUT_S", "300")) - 20,
-    )
+        timeout=FUZZ_TIMEOUT_S - 20,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     out = proc.stdout.splitlines()
 
-    # isready is answered at once, even while a search runs (UCI): once each, whatever came
-    # before it; uci's handshake likewise.
     def asked(word: str) -> int:
         return sum(1 for ln in lines if ln.split()[:1] == [word])
 
     assert out.count("readyok") == asked("isready"), out[-8:]
-    assert out.count("uciok") == asked("uci")
+    assert out.count(f"{handshake}ok") == asked(handshake)
     gos = sum(1 for ln in lines if ln.startswith("go ") or ln == "go")
     assert sum(1 for ln in out if ln.startswith("bestmove")) >= 1 or gos == 0
+
+
+@pytest.mark.timeout(FUZZ_TIMEOUT_S)
+def test_uci_survives_a_stream_of_junk_and_still_answers(tmp_path: Path) -> None:
+    from tests.test_uci import chess_checkpoint
+
+    lines = _uci_stream(random.Random(9), max(200, EXAMPLES // 2))
+    _survives("uci", chess_checkpoint(tmp_path), lines, "uci")
+
+
+# --- USI, as a process ------------------------------------------------------------------------------
+
+
+def _usi_stream(rng: random.Random, n: int) -> list[str]:
+    words = ["usi", "isready", "usinewgame", "position", "startpos", "sfen", "moves", "go",
+             "stop", "setoption", "name", "value", "USI_Hash", "USI_Ponder", "ResignValue",
+             "7g7f", "3c3d", "P*5e", "8h2b+", "2b3c", "btime", "wtime", "byoyomi", "binc",
+             "winc", "nodes", "infinite", "ponder", "ponderhit", "gameover", "win", "lose",
+             "draw", "mate"]  # fmt: skip
+    sfens = ["lnsgkgsnl/1r5b1/ppppppppp/9/9/9/PPPPPPPPP/1B5R1/LNSGKGSNL b - 1",
+             "lnsgkgsnl/1r5b1/ppppppppp/9/9/9/PPPPPPPPP/1B5R1/LNSGKGSNL w - 1",
+             "4k4/9/9/9/9/9/9/9/4K4 b 2P 1", "9/9/9/9/9/9/9/9/9 b - 1", "not an sfen",
+             "lnsgkgsnl/1r5b1/ppppppppp/9/9/9/PPPPPPPPP/1B5R1/LNSGKGSNL b 99P 1"]  # fmt: skip
+    out = ["usi"]
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.25:
+            out.append(" ".join(rng.choice(words) for _ in range(rng.randint(1, 8))))
+        elif r < 0.4:
+            out.append(
+                "position sfen " + rng.choice(sfens) + rng.choice(["", " moves 7g7f", " moves"])
+            )
+        elif r < 0.5:
+            out.append("position startpos moves " + " ".join(
+                rng.choice(["7g7f", "3c3d", "8h2b+", "3a2b", "P*5e", "zz", "7g7e", "resign"])
+                for _ in range(rng.randint(0, 6))))  # fmt: skip
+        elif r < 0.6:
+            out.append(rng.choice(["go nodes 2", "go btime 0 wtime 0 byoyomi 5", "go mate 1",
+                                   "go nodes -5", "go nodes x", "go btime 10 wtime 10",
+                                   "go btime 100 wtime 100 binc 5 winc 5"]))  # fmt: skip
+        elif r < 0.65:
+            out += [rng.choice(["go infinite", "go ponder"]), rng.choice(["stop", "ponderhit"])]
+        elif r < 0.75:
+            out.append("setoption name " + rng.choice(["USI_Hash", "ResignValue", "Nope"])
+                       + " value " + rng.choice(["4", "-1", "true", "x", ""]))  # fmt: skip
+        elif r < 0.85:
+            out.append(bytes(rng.randrange(1, 256) for _ in range(rng.randint(1, 40)))
+                       .decode("latin-1").replace("\n", " ").replace("\r", " "))  # fmt: skip
+        elif r < 0.9:
+            out.append("position startpos moves " + "7g7f 3c3d " * rng.randint(500, 2500))
+        else:
+            out.append(rng.choice(["", "isready", "usinewgame", "stop", "gameover win"]))
+    return out + ["isready"]
+
+
+@pytest.mark.timeout(FUZZ_TIMEOUT_S)
+def test_usi_survives_a_stream_of_junk_and_still_answers(tmp_path: Path) -> None:
+    from tests.test_usi import shogi_checkpoint
+
+    lines = _usi_stream(random.Random(10), max(200, EXAMPLES // 2))
+    _survives("usi", shogi_checkpoint(tmp_path / "run"), lines, "usi")

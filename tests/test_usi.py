@@ -331,6 +331,18 @@ def test_input_read_during_a_search_keeps_its_order() -> None:
     usi.game.parse_usi(gote, out[-1].split()[1])  # the second search was gote's
 
 
+def test_a_quit_waiting_behind_an_infinite_search_ends_it() -> None:
+    """Lines read during one search wait their turn; the ``go infinite`` among them must still
+    see the ``stop`` and ``quit`` that waited behind it (it once searched for ever: found by
+    tests/test_fuzz_engines.py's USI stream, ``go infinite``, ``go btime 10 wtime 10``,
+    ``go infinite``, ``quit``)."""
+    for dialect in (Session(), Session(uci=True)):
+        out = dialect.run("go infinite", during=("go nodes 4", "go infinite", "isready", "quit"))
+        said = [x.split()[0] for x in out if not x.startswith("info")]
+        assert said == ["readyok", "bestmove", "bestmove", "bestmove"], out
+        assert dialect.engine.done  # and the quit, last, ended the session
+
+
 def test_mate_scores_resigning_and_declaring() -> None:
     usi = Session()
     out = usi.run(f"position sfen {MATE_IN_ONE}", "go nodes 64")

@@ -203,6 +203,7 @@ class LineEngine:
         self._clock = 0.0  # when its limits began to count (ponderhit moves it)
         self._base = 0  # its simulations when they began to count
         self._sims = 0  # its simulations so far
+        self._scan = 0  # how many lines of _after it has read
 
     # --- what a dialect gives ------------------------------------------------------------
 
@@ -336,6 +337,7 @@ class LineEngine:
     async def _search(self, s: Any, limits: Limits) -> Progress:
         start = time.monotonic()
         self._limits, self._clock, self._base, self._sims = limits, start, 0, 0
+        self._scan = 0  # the lines of _after this search has read (_stopped)
         open_ended = limits.infinite or limits.ponder
         deadline = None
         if limits.movetime_ms is not None and not open_ended:
@@ -361,26 +363,40 @@ class LineEngine:
         return progress
 
     def _stopped(self) -> bool:
-        """Read the input that came during a search, up to a ``stop``: ``isready`` answered,
-        ``stop`` (or ``quit``) ends it, ``ponderhit`` starts its limits' count, anything else
-        waits for the search's end. After a ponderhit, whether those limits are spent."""
-        stop = False
-        while (line := self.poll()) is not None:
-            word = line.split()[0] if line.split() else ""
+        """Read the input that came after the running ``go``, up to a ``stop``: first the
+        lines already waiting (``_after``: read during an earlier search, in their order),
+        then what comes in. ``isready`` is answered, ``stop`` (or ``quit``) ends it,
+        ``ponderhit`` starts its limits' count, anything else waits for the search's end.
+        After a ponderhit, whether those limits are spent. (A ``quit`` read during one search
+        and waiting behind a ``go infinite`` once went unseen by that search: it hung.)"""
+        stop, i = False, self._scan
+        while True:
+            if i == len(self._after):
+                line = self.poll()
+                if line is None:
+                    break
+                self._after.append(line)
+            word = self._after[i].split()[0] if self._after[i].split() else ""
             if word == "isready":
                 self.emit("readyok")
             elif word in ("stop", "quit"):
                 stop = True
                 self._limits.infinite = self._limits.ponder = False
                 if word == "quit":
-                    self._after.append(line)
-                break  # what follows is for the next search (its own stop) or after it
+                    i += 1  # kept: the session ends after this search
+                    break
             elif word == "ponderhit":
                 if self._limits.ponder:
                     self._limits.ponder = False
                     self._clock, self._base = time.monotonic(), self._sims
             elif word:
-                self._after.append(line)
+                i += 1  # kept, for after the search
+                continue
+            if word != "quit":
+                del self._after[i]
+            if stop:
+                break  # what follows is for the next search (its own stop) or after it
+        self._scan = i
         if stop or self._limits.ponder or self._limits.infinite:
             return stop
         limits, ms = self._limits, (time.monotonic() - self._clock) * 1000
