@@ -185,7 +185,11 @@ class LearnerConfig:
     servers: tuple[str, ...] = ()
     """Inference servers every new version is published to (empty: ``server.bind``)."""
     publish_timeout_s: float = 60.0
-    """How long to wait for one server's ack before catching it up in the background."""
+    """How long one send of weights waits for a server's ack before it is given up (the
+    server is caught up in the background after)."""
+    publish_wait_s: float = 5.0
+    """How long training waits, at each publish, for the servers' acks: a server cut off or
+    hung past this keeps its send going in the background and holds up nothing."""
     threads: int = 1
     """torch intra-op threads for training on CPU (0 = torch's default)."""
     status_interval_s: float = 5.0
@@ -230,6 +234,11 @@ class LearnerConfig:
     """Address of the metrics endpoint (loopback by default)."""
 
     def __post_init__(self) -> None:
+        if not 0 < self.publish_wait_s <= self.publish_timeout_s:
+            raise ConfigError(
+                f"learner.publish_wait_s: must be > 0 and at most learner.publish_timeout_s "
+                f"({self.publish_timeout_s:g}), got {self.publish_wait_s:g}"
+            )
         if self.dedup_capacity < 1:
             raise ConfigError(f"learner.dedup_capacity: must be >= 1, got {self.dedup_capacity}")
         if self.processes > 1 and not self.start_ranks and not self.rendezvous:

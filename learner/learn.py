@@ -120,6 +120,7 @@ class Learner:
             cfg.learner.publish_timeout_s,
             keep_versions=cfg.replay.max_policy_lag + 2,
             fetch=self._weights_of_version,
+            wait_s=cfg.learner.publish_wait_s,
         )
         self.runlog = RunLog(self.run_dir)
         self._data = asyncio.Event()

@@ -1,8 +1,10 @@
 """Publishing weights to every inference server, acked, and catching up servers that were down.
 
 ``publish(version, blob)`` sends the safetensors bytes (with their checksum) to all servers at
-once over one ``ControlClient`` each, and returns which servers acked the version live. A
-background task watches each server's latest version (the control client's heartbeats) and
+once over one ``ControlClient`` each, and returns which servers acked the version live within
+``wait_s`` (the learner trains on meanwhile): a server that has not acked by then, one cut off
+by a partition or hung, keeps its send going in the background (up to ``timeout_s``), takes no
+second send while that one is in flight, and is caught up once it ends. A background task watches each server's latest version (the control client's heartbeats) and
 re-sends the newest weights to a server that is behind: one that was down, or restarted. It
 also restores older versions that live games are pinned to but a server lacks (a restarted
 server learns the pins from the games' heartbeats): the publisher keeps the weights of the
@@ -49,9 +51,11 @@ class Publisher:
         timeout_s: float = 60.0,
         keep_versions: int = 8,
         fetch: Callable[[int], bytes | None] | None = None,
+        wait_s: float | None = None,
     ) -> None:
         """``fetch(version)`` returns the weights of a version no longer kept in memory (or
-        None); it runs on a worker thread."""
+        None); it runs on a worker thread. ``wait_s``: how long ``publish`` waits for acks
+        (None: until every send ends, each within ``timeout_s``)."""
         self.servers = list(servers)
         self.keep_versions = max(1, keep_versions)
         self._kept: OrderedDict[int, bytes] = OrderedDict()
@@ -59,6 +63,7 @@ class Publisher:
         self.restored = 0
         """Pinned versions re-published to servers that had lost them."""
         self.timeout_s = timeout_s
+        self.wait_s = wait_s
         self.version = -1
         """The newest version handed to ``publish``."""
         self._blob = b""
@@ -88,14 +93,34 @@ class Publisher:
         self.lifecycle.closed()
 
     async def publish(self, version: int, blob: bytes) -> PublishResult:
-        """Send ``version`` to every server; servers that fail are caught up later."""
+        """Send ``version`` to every server and wait up to ``wait_s`` for the acks; servers
+        that fail, or have not answered by then, are caught up later (module docstring)."""
         self.version, self._blob = version, blob
         self._kept[version] = blob
         while len(self._kept) > self.keep_versions:
             self._kept.popitem(last=False)
-        results = await asyncio.gather(*(self._send(s, version, blob) for s in self.servers))
-        acked = {s: r for s, r in zip(self.servers, results) if isinstance(r, float)}
-        failed = {s: r for s, r in zip(self.servers, results) if isinstance(r, str)}
+        failed: dict[str, str] = {}
+        sends: dict[str, asyncio.Task[float | str]] = {}
+        for s in self.servers:
+            if self._busy[s].locked():  # an earlier send still waits for its ack
+                failed[s] = "an earlier send is still in flight (caught up when it ends)"
+            else:
+                sends[s] = self.lifecycle.spawn(
+                    self._send(s, version, blob), f"publish v{version} to {s}", owner=False
+                )
+        if sends:
+            await asyncio.wait(sends.values(), timeout=self.wait_s)
+        acked: dict[str, float] = {}
+        for s, task in sends.items():
+            if not task.done():
+                failed[s] = (
+                    f"no ack within {self.wait_s:g} s: still sending in the background "
+                    f"(up to {self.timeout_s:g} s), caught up after"
+                )
+            elif isinstance(result := task.result(), float):
+                acked[s] = result
+            else:
+                failed[s] = result
         self.last_result = PublishResult(acked, failed)
         return self.last_result
 

@@ -118,6 +118,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "checkpoint.keep_last": (1, INF),
     "checkpoint.keep_every": (0, INF),
     "learner.publish_timeout_s": POSITIVE_S,
+    "learner.publish_wait_s": POSITIVE_S,
     "learner.threads": (0, 1024),
     "learner.status_interval_s": (0.0, INF),
     "learner.log_every": (1, INF),
