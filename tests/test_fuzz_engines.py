@@ -31,6 +31,7 @@ import os
 import random
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -346,44 +347,101 @@ def test_analysis_answers_every_line_once_and_the_good_ones_as_alone(go_agent: A
     assert errors and all(isinstance(r["error"], str) and r["error"] for r in errors)
 
 
-# --- UCI, as a process ------------------------------------------------------------------------------
+# --- UCI and USI, as processes ---------------------------------------------------------------------
 
 
-def _uci_stream(rng: random.Random, n: int) -> list[str]:
-    words = ["uci", "isready", "ucinewgame", "position", "startpos", "fen", "moves", "go",
-             "stop", "setoption", "name", "value", "Nodes", "Batch", "Algorithm", "e2e4",
-             "e7e5", "g1f3", "a7a8q", "nodes", "movetime", "depth", "mate", "wtime", "btime",
-             "winc", "binc", "infinite", "ponderhit", "debug", "register"]  # fmt: skip
-    fens = ["rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1", "8/8/8/8/8/8/8/8 w - - 0 1",
-            "k7/8/8/8/8/8/8/7K b - - 0 1", "not a fen", "8/8/8/8/8/8/8/8/8/8 w"]  # fmt: skip
-    out = ["uci"]
+@dataclass(frozen=True)
+class Dialect:
+    """What a random stream of one engine protocol is made of (``_stream``)."""
+
+    hello: str
+    words: tuple[str, ...]
+    """Its words, put together at random."""
+    positions: tuple[str, ...]
+    """``position`` set-ups (``fen ...``/``sfen ...``), some of them bad."""
+    moves: tuple[str, ...]
+    """Move texts, some illegal or not moves at all."""
+    long_moves: str
+    """Moves repeated thousands of times in one huge line."""
+    gos: tuple[str, ...]
+    open_ended: tuple[str, ...]
+    ends: tuple[str, ...]
+    """What ends an open-ended search, or not (``ponderhit`` after ``go infinite``)."""
+    options: tuple[str, ...]
+    values: tuple[str, ...]
+    idle: tuple[str, ...]
+
+
+UCI = Dialect(
+    hello="uci",
+    words=("uci", "isready", "ucinewgame", "position", "startpos", "fen", "moves", "go", "stop",
+           "setoption", "name", "value", "Nodes", "Batch", "Algorithm", "e2e4", "e7e5", "g1f3",
+           "a7a8q", "nodes", "movetime", "depth", "mate", "wtime", "btime", "winc", "binc",
+           "infinite", "ponderhit", "debug", "register"),
+    positions=("fen rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
+               "fen 8/8/8/8/8/8/8/8 w - - 0 1", "fen k7/8/8/8/8/8/8/7K b - - 0 1",
+               "fen not a fen", "fen 8/8/8/8/8/8/8/8/8/8 w"),
+    moves=("e2e4", "e7e5", "g1f3", "b8c6", "zz", "e2e5", "0000"),
+    long_moves="e2e4 ",
+    gos=("go nodes 2", "go depth 1", "go movetime 5", "go mate 1", "go nodes -5", "go nodes x",
+         "go wtime 10 btime 10"),
+    open_ended=("go infinite",),
+    ends=("stop",),
+    options=("Nodes", "Batch", "Algorithm", "Nope"),
+    values=("4", "-1", "puct", "gumbel", "x", ""),
+    idle=("", "isready", "ucinewgame", "stop", "ponderhit"),
+)  # fmt: skip
+
+USI = Dialect(
+    hello="usi",
+    words=("usi", "isready", "usinewgame", "position", "startpos", "sfen", "moves", "go",
+           "stop", "setoption", "name", "value", "USI_Hash", "USI_Ponder", "ResignValue",
+           "7g7f", "3c3d", "P*5e", "8h2b+", "2b3c", "btime", "wtime", "byoyomi", "binc",
+           "winc", "nodes", "infinite", "ponder", "ponderhit", "gameover", "win", "lose",
+           "draw", "mate"),
+    positions=("sfen lnsgkgsnl/1r5b1/ppppppppp/9/9/9/PPPPPPPPP/1B5R1/LNSGKGSNL b - 1",
+               "sfen lnsgkgsnl/1r5b1/ppppppppp/9/9/9/PPPPPPPPP/1B5R1/LNSGKGSNL w - 1",
+               "sfen 4k4/9/9/9/9/9/9/9/4K4 b 2P 1", "sfen 9/9/9/9/9/9/9/9/9 b - 1",
+               "sfen not an sfen",
+               "sfen lnsgkgsnl/1r5b1/ppppppppp/9/9/9/PPPPPPPPP/1B5R1/LNSGKGSNL b 99P 1"),
+    moves=("7g7f", "3c3d", "8h2b+", "3a2b", "P*5e", "zz", "7g7e", "resign"),
+    long_moves="7g7f 3c3d ",
+    gos=("go nodes 2", "go btime 0 wtime 0 byoyomi 5", "go mate 1", "go nodes -5", "go nodes x",
+         "go btime 10 wtime 10", "go btime 100 wtime 100 binc 5 winc 5"),
+    open_ended=("go infinite", "go ponder"),
+    ends=("stop", "ponderhit"),
+    options=("USI_Hash", "ResignValue", "Nope"),
+    values=("4", "-1", "true", "x", ""),
+    idle=("", "isready", "usinewgame", "stop", "gameover win"),
+)  # fmt: skip
+
+
+def _stream(d: Dialect, rng: random.Random, n: int) -> list[str]:
+    """``n`` random lines of dialect ``d`` after its handshake, and ``isready`` last."""
+    out = [d.hello]
     for _ in range(n):
         r = rng.random()
         if r < 0.25:
-            out.append(" ".join(rng.choice(words) for _ in range(rng.randint(1, 8))))
+            out.append(" ".join(rng.choice(d.words) for _ in range(rng.randint(1, 8))))
         elif r < 0.4:
-            out.append(
-                "position fen " + rng.choice(fens) + rng.choice(["", " moves e2e4", " moves"])
-            )
+            out.append(f"position {rng.choice(d.positions)}"
+                       + rng.choice(["", f" moves {d.moves[0]}", " moves"]))  # fmt: skip
         elif r < 0.5:
-            out.append("position startpos moves " + " ".join(
-                rng.choice(["e2e4", "e7e5", "g1f3", "b8c6", "zz", "e2e5", "0000"])
-                for _ in range(rng.randint(0, 6))))  # fmt: skip
+            out.append("position startpos moves "
+                       + " ".join(rng.choice(d.moves) for _ in range(rng.randint(0, 6))))  # fmt: skip
         elif r < 0.6:
-            out.append(rng.choice(["go nodes 2", "go depth 1", "go movetime 5", "go mate 1",
-                                   "go nodes -5", "go nodes x", "go wtime 10 btime 10"]))  # fmt: skip
+            out.append(rng.choice(d.gos))
         elif r < 0.65:
-            out += ["go infinite", "stop"]
+            out += [rng.choice(d.open_ended), rng.choice(d.ends)]
         elif r < 0.75:
-            out.append("setoption name " + rng.choice(["Nodes", "Batch", "Algorithm", "Nope"])
-                       + " value " + rng.choice(["4", "-1", "puct", "gumbel", "x", ""]))  # fmt: skip
+            out.append(f"setoption name {rng.choice(d.options)} value {rng.choice(d.values)}")
         elif r < 0.85:
             out.append(bytes(rng.randrange(1, 256) for _ in range(rng.randint(1, 40)))
                        .decode("latin-1").replace("\n", " ").replace("\r", " "))  # fmt: skip
         elif r < 0.9:
-            out.append("position startpos moves " + "e2e4 " * rng.randint(1000, 5000))
+            out.append("position startpos moves " + d.long_moves * rng.randint(500, 5000))
         else:
-            out.append(rng.choice(["", "isready", "ucinewgame", "stop", "ponderhit"]))
+            out.append(rng.choice(d.idle))
     return out + ["isready"]
 
 
@@ -422,58 +480,13 @@ def _survives(command: str, ckpt: Path, lines: list[str], handshake: str) -> Non
 def test_uci_survives_a_stream_of_junk_and_still_answers(tmp_path: Path) -> None:
     from tests.test_uci import chess_checkpoint
 
-    lines = _uci_stream(random.Random(9), max(200, EXAMPLES // 2))
+    lines = _stream(UCI, random.Random(9), max(200, EXAMPLES // 2))
     _survives("uci", chess_checkpoint(tmp_path), lines, "uci")
-
-
-# --- USI, as a process ------------------------------------------------------------------------------
-
-
-def _usi_stream(rng: random.Random, n: int) -> list[str]:
-    words = ["usi", "isready", "usinewgame", "position", "startpos", "sfen", "moves", "go",
-             "stop", "setoption", "name", "value", "USI_Hash", "USI_Ponder", "ResignValue",
-             "7g7f", "3c3d", "P*5e", "8h2b+", "2b3c", "btime", "wtime", "byoyomi", "binc",
-             "winc", "nodes", "infinite", "ponder", "ponderhit", "gameover", "win", "lose",
-             "draw", "mate"]  # fmt: skip
-    sfens = ["lnsgkgsnl/1r5b1/ppppppppp/9/9/9/PPPPPPPPP/1B5R1/LNSGKGSNL b - 1",
-             "lnsgkgsnl/1r5b1/ppppppppp/9/9/9/PPPPPPPPP/1B5R1/LNSGKGSNL w - 1",
-             "4k4/9/9/9/9/9/9/9/4K4 b 2P 1", "9/9/9/9/9/9/9/9/9 b - 1", "not an sfen",
-             "lnsgkgsnl/1r5b1/ppppppppp/9/9/9/PPPPPPPPP/1B5R1/LNSGKGSNL b 99P 1"]  # fmt: skip
-    out = ["usi"]
-    for _ in range(n):
-        r = rng.random()
-        if r < 0.25:
-            out.append(" ".join(rng.choice(words) for _ in range(rng.randint(1, 8))))
-        elif r < 0.4:
-            out.append(
-                "position sfen " + rng.choice(sfens) + rng.choice(["", " moves 7g7f", " moves"])
-            )
-        elif r < 0.5:
-            out.append("position startpos moves " + " ".join(
-                rng.choice(["7g7f", "3c3d", "8h2b+", "3a2b", "P*5e", "zz", "7g7e", "resign"])
-                for _ in range(rng.randint(0, 6))))  # fmt: skip
-        elif r < 0.6:
-            out.append(rng.choice(["go nodes 2", "go btime 0 wtime 0 byoyomi 5", "go mate 1",
-                                   "go nodes -5", "go nodes x", "go btime 10 wtime 10",
-                                   "go btime 100 wtime 100 binc 5 winc 5"]))  # fmt: skip
-        elif r < 0.65:
-            out += [rng.choice(["go infinite", "go ponder"]), rng.choice(["stop", "ponderhit"])]
-        elif r < 0.75:
-            out.append("setoption name " + rng.choice(["USI_Hash", "ResignValue", "Nope"])
-                       + " value " + rng.choice(["4", "-1", "true", "x", ""]))  # fmt: skip
-        elif r < 0.85:
-            out.append(bytes(rng.randrange(1, 256) for _ in range(rng.randint(1, 40)))
-                       .decode("latin-1").replace("\n", " ").replace("\r", " "))  # fmt: skip
-        elif r < 0.9:
-            out.append("position startpos moves " + "7g7f 3c3d " * rng.randint(500, 2500))
-        else:
-            out.append(rng.choice(["", "isready", "usinewgame", "stop", "gameover win"]))
-    return out + ["isready"]
 
 
 @pytest.mark.timeout(FUZZ_TIMEOUT_S)
 def test_usi_survives_a_stream_of_junk_and_still_answers(tmp_path: Path) -> None:
     from tests.test_usi import shogi_checkpoint
 
-    lines = _usi_stream(random.Random(10), max(200, EXAMPLES // 2))
+    lines = _stream(USI, random.Random(10), max(200, EXAMPLES // 2))
     _survives("usi", shogi_checkpoint(tmp_path / "run"), lines, "usi")
