@@ -13,20 +13,11 @@ import numpy as np
 import pytest
 
 from azserve.cli.bench import CHAOS_KINDS
-from azserve.perf.chaos import (
-    GROUPS,
-    KINDS,
-    SERVERS,
-    Injector,
-    _caught_up,
-    _lives_of_servers,
-    actor_lives,
-    journal_games,
-    score,
-    working,
-)
+from azserve.perf.chaos import KINDS, Injector
+from azserve.perf.chaos_books import _caught_up, _lives_of_servers, journal_games, score
+from azserve.perf.chaos_fleet import GROUPS, SERVERS, working
 from azserve.protocol import Trajectory
-from azserve.run.actor_lives import killed_in_play
+from azserve.run.actor_lives import actor_lives, killed_in_play
 from learner.journal import Journal
 from tests.netns import unavailable
 
@@ -147,6 +138,10 @@ def test_chaos_for_ninety_seconds_loses_nothing(tmp_path: Path) -> None:
     assert v["ok"], (failed, r["versions_detail"], r["games_abandoned"], r["recovery_s"])
     assert r["strikes"] >= 2 and r["acked_lost"] == 0 and r["duplicates"] == 0
     assert r["games_stored"] > 0 and r["actor_lives"] >= 2
+    # every role's memory was sampled, and the throughput after each heal judged where it could
+    assert set(r["memory_peak_mb"]) == {"learner", "s0", "s1", "east", "west"}
+    assert all(mb > 0 for mb in r["memory_peak_mb"].values())
+    assert r["throughput"]["median_games_per_s"] > 0
     assert r["games_started"] == r["games_stored"] + sum(r["games_abandoned"].values())
     assert sum(n for by_role in r["kills"].values() for n in by_role.values()) == r["strikes"]
     # the launcher's own count is the journal's

@@ -133,6 +133,19 @@ def register(sub: Any) -> None:
         default=0.5,
         help="sane final evaluation: score against random at least this",
     )
+    p.add_argument(
+        "--memory-mb",
+        type=float_in(0, above=True),
+        default=2048.0,
+        help="the stated bound: no role's resident memory above it (MiB), strikes or not",
+    )
+    p.add_argument(
+        "--throughput-s",
+        type=seconds,
+        default=60.0,
+        help="the stated bound: games stored back to 80%% of the run's median rate within it "
+        "after each network strike heals",
+    )
     p.add_argument("--work-dir", help="keep the fleet's run, logs and strikes here")
     p.add_argument("--json", help="write the result here too")
     p.set_defaults(run=_run("azserve.perf.chaos", exit_on="verdicts"))

@@ -50,7 +50,12 @@ summary; a killed life's figures are those of its last status line):
   life (within a life a server's latest is the newest it holds; an older version that goes
   live is a restore for games pinned to it: ``server_restores``);
 - ``max_recovery_s`` against ``--recovery-s``; ``final_eval``: the run's last evaluation and
-  whether it is sane (its score against random at least ``--min-score``).
+  whether it is sane (its score against random at least ``--min-score``);
+- ``memory_peak_mb`` per role (and while a network strike was on) against ``--memory-mb``,
+  and ``throughput``: games stored back to 80% of the run's median rate within
+  ``--throughput-s`` of each network strike's heal (``azserve.perf.chaos_watch``).
+
+The fleet's layout is ``azserve.perf.chaos_fleet``, the books ``azserve.perf.chaos_books``.
 
 ``verdicts.ok`` holds when every check holds; the command exits 1 when one does not.
 """
@@ -60,19 +65,33 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from azserve.errors import AzserveError
+from azserve.perf import chaos_watch
+from azserve.perf.chaos_books import account, final_eval, score
+from azserve.perf.chaos_fleet import (
+    GROUPS,
+    HOST_OF,
+    ROLES,
+    SERVERS,
+    cluster_text,
+    log_path,
+    make_keys,
+    read_from,
+    role_of,
+    role_pids,
+    size,
+    working,
+)
 from azserve.perf.netfaults import (
     clear_fault,
     loss_rules,
@@ -81,22 +100,12 @@ from azserve.perf.netfaults import (
     set_fault,
 )
 from azserve.perf.netns import NetnsHost, NetnsLan, destroy_lan, make_lan, unavailable
-from azserve.run.actor_lives import KILLED_IN_PLAY, STATUS, actor_lives
 
 KINDS = ("kill", "stop", "host", "partition", "link")
 NETWORK_KINDS = ("partition", "link")
 NET_S = (2.0, 60.0)
 """Seconds a network strike lasts, drawn uniformly (``--net-s``)."""
-ROLES = ("server", "learner", "actors")
-SERVERS = ("s0", "s1")
-GROUPS = {"east": "s0", "west": "s1"}
-HOST_OF = {"learner": 0, "s0": 1, "s1": 2, "east": 3, "west": 4}
-"""LAN index of each target's host."""
 STOP_S = (1.0, 20.0)
-
-_LIVE = re.compile(r"version (\d+) live")
-_PUBLISHED = re.compile(r"published v(\d+)")
-_SERVER_START = "torch backend:"
 
 
 @dataclass
@@ -123,91 +132,6 @@ class Strike:
     note: str = ""
 
 
-# --- the fleet ---------------------------------------------------------------------------------
-
-
-def cluster_text(lan: NetnsLan, keys: Path, workdir: str, games: int) -> str:
-    """The ssh cluster file of the five hosts."""
-    h = {name: lan[i] for name, i in HOST_OF.items()}
-    servers = "".join(
-        f'\n[[server]]\nname = "{s}"\nhost = "{h[s].name}"\naddress = "{h[s].address}"\n'
-        for s in SERVERS
-    )
-    actors = "".join(
-        f'\n[[actors]]\nname = "{g}"\nhosts = ["{h[g].name}"]\ngames = {games}\nserver = "{s}"\n'
-        for g, s in GROUPS.items()
-    )
-    return f"""# azserve bench chaos: five network namespaces on one machine
-engine = "ssh"
-network = "auto"
-keys = "{keys}/{{host}}"
-workdir = "{workdir}"
-python = "{sys.executable}"
-restarts = 100000
-
-[ssh]
-command = "ip netns exec {{host}}"
-{servers}
-[learner]
-host = "{h["learner"].name}"
-address = "{h["learner"].address}"
-{actors}"""
-
-
-def make_keys(lan: NetnsLan, keys: Path) -> None:
-    """Each host's own pairs, made in its own directory (namespaces share one filesystem, so
-    ``keys = ".../{host}"`` stands for each host's disk); the launcher copies public keys."""
-    from azserve.keys import create_pair
-
-    create_pair(keys / lan[HOST_OF["learner"]].name, "learner")
-    for s in SERVERS:
-        create_pair(keys / lan[HOST_OF[s]].name, f"server-{s}")
-    for g in GROUPS:
-        host = lan[HOST_OF[g]].name
-        create_pair(keys / host, f"actors-{host}")
-
-
-def log_path(run_dir: Path, lan: NetnsLan, target: str) -> Path:
-    host = lan[HOST_OF[target]].name
-    name = target if target == "learner" else f"server-{target}" if target in SERVERS else None
-    return run_dir / "logs" / host / (f"{name}.log" if name else f"actor-{target}-0.log")
-
-
-def role_pids(host: NetnsHost, target: str) -> list[int]:
-    """The azserve process of ``target`` in its namespace (not its watchdog)."""
-    word = b"learn" if target == "learner" else b"serve" if target in SERVERS else b"actors"
-    return host.azserve_pids(word)
-
-
-def _read_from(path: Path, offset: int) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(offset)
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def working(target: str, text: str) -> bool:
-    """Whether log text written after a strike shows ``target`` at work again."""
-    if target == "learner":
-        return _PUBLISHED.search(text) is not None
-    if target in SERVERS:
-        return _LIVE.search(text) is not None
-    return any(float(m[0]) > 0 for m in STATUS.findall(text))
-
-
-def _role(target: str) -> str:
-    return "server" if target in SERVERS else "actors" if target in GROUPS else "learner"
-
-
 # --- the injector ------------------------------------------------------------------------------
 
 
@@ -227,6 +151,8 @@ class Injector:
         self.net_s = net_s
         self._deck: list[str] = []
         self.strikes: list[Strike] = []
+        self.net_on = False
+        """Whether a network strike is on now (the memory watch's samples say so)."""
 
     def pick(self) -> tuple[str, str]:
         if not self._deck:  # a new round: every kind once, in a seeded order
@@ -255,9 +181,9 @@ class Injector:
         pids = host.pids() if kind == "host" else role_pids(host, target)
         if not pids or not role_pids(host, target):
             return None
-        offset = _size(log)
+        offset = size(log)
         s = Strike(len(self.strikes) + 1, round(time.monotonic() - t0, 1), kind,
-                   _role(target), target, host.name, pids, stop_s)  # fmt: skip
+                   role_of(target), target, host.name, pids, stop_s)  # fmt: skip
         sig = signal.SIGSTOP if kind == "stop" else signal.SIGKILL
         for pid in pids:
             try:
@@ -267,7 +193,7 @@ class Injector:
         if kind == "stop":
             assert stop_s is not None
             time.sleep(stop_s)
-            offset = _size(log)  # what it wrote before the stop is no sign of work after it
+            offset = size(log)  # what it wrote before the stop is no sign of work after it
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGCONT)
@@ -294,20 +220,22 @@ class Injector:
             else:
                 kbit = self.rng.choice((64, 128, 256, 512, 1024))
                 fault, apply = f"rate {kbit} kbit/s", f"tbf {kbit}"
-        s = Strike(len(self.strikes) + 1, round(time.monotonic() - t0, 1), kind, _role(target),
+        s = Strike(len(self.strikes) + 1, round(time.monotonic() - t0, 1), kind, role_of(target),
                    target, host.name, [], fault=fault, fault_s=seconds)  # fmt: skip
         set_fault(host, apply)
+        self.net_on = True
         try:
             time.sleep(seconds)
         finally:
             clear_fault(host)
-        return self._recovered(s, target, log, _size(log), alive)
+            self.net_on = False
+        return self._recovered(s, target, log, size(log), alive)
 
     def _recovered(self, s: Strike, target: str, log: Path, offset: int, alive: Any) -> Strike:
         """Wait for ``target``'s first sign of work after ``offset`` of its log; log ``s``."""
         since = time.monotonic()
         while time.monotonic() - since < self.recovery_s and alive():
-            if working(target, _read_from(log, offset)):
+            if working(target, read_from(log, offset)):
                 s.recovered_s = round(time.monotonic() - since, 1)
                 break
             time.sleep(0.5)
@@ -341,133 +269,6 @@ class Injector:
                 continue
             self.strike(t0, alive)
             next_at = max(next_at, time.monotonic()) + self.rng.uniform(*self.interval)
-
-
-# --- the accounting ----------------------------------------------------------------------------
-
-
-def journal_games(journal: Path) -> tuple[dict[str, int], int]:
-    """Distinct games stored per actor id, and duplicate records, over every segment."""
-    from azserve.trajfile import read_trajectory_file
-
-    seen: set[tuple[str, int]] = set()
-    per_actor: dict[str, int] = {}
-    duplicates = 0
-    for path in sorted(journal.glob("seg-*.azt")):
-        for traj, *_ in read_trajectory_file(path):
-            key = (traj.actor, traj.game_id)
-            if key in seen:
-                duplicates += 1
-                continue
-            seen.add(key)
-            per_actor[traj.actor] = per_actor.get(traj.actor, 0) + 1
-    return per_actor, duplicates
-
-
-def _lives_of_servers(text: str) -> Iterator[list[int]]:
-    life: list[int] | None = None
-    for line in text.splitlines():
-        if _SERVER_START in line:
-            if life is not None:
-                yield life
-            life = []
-        elif (m := _LIVE.search(line)) and life is not None:
-            life.append(int(m[1]))
-    if life is not None:
-        yield life
-
-
-def _caught_up(lives: list[list[int]]) -> bool:
-    """Whether every life of a server after its first went live on a version at least as new
-    as the newest of the life before (a restarted server starts on version 0 or the newest
-    checkpoint and is caught up by the learner). A server's latest version is the newest it
-    holds, so it only rises within a life; an older version going live later is a restore,
-    for games pinned to it (counted as ``server_restores``)."""
-    return all(
-        max(b, default=-1) >= max(a, default=-1) for a, b in zip(lives, lives[1:], strict=False)
-    )
-
-
-def _rising(xs: list[int]) -> bool:
-    return all(a <= b for a, b in zip(xs, xs[1:], strict=False))
-
-
-def account(run_dir: Path, lan: NetnsLan, journal: Path) -> dict[str, Any]:
-    """The run's books: see the module docstring."""
-    stored_by_actor, duplicates = journal_games(journal)
-    lives = [
-        life
-        for g in GROUPS
-        for life in actor_lives(_read_from(log_path(run_dir, lan, g), 0).splitlines())
-    ]
-    abandoned: dict[str, int] = {}
-
-    def add(reason: str, n: int) -> None:
-        if n > 0:
-            abandoned[reason] = abandoned.get(reason, 0) + n
-
-    acked_lost = 0
-    for life in lives:
-        stored = stored_by_actor.get(life.actor, 0)
-        acked_lost += max(0, life.acked - stored)
-        for reason, n in life.abandoned.items():
-            add(reason, n)
-        if not life.clean:
-            add(KILLED_IN_PLAY, life.games)
-            add("killed before ack", max(0, life.finished - stored))
-        else:
-            add("not delivered at stop", max(0, life.finished - stored))
-    stored_total = sum(stored_by_actor.values())
-    learner_text = _read_from(log_path(run_dir, lan, "learner"), 0)
-    published = [int(v) for v in _PUBLISHED.findall(learner_text)]
-    servers = {
-        s: list(_lives_of_servers(_read_from(log_path(run_dir, lan, s), 0))) for s in SERVERS
-    }
-    monotonic = {
-        "learner_published": _rising(published),
-        **{f"server_{s}_caught_up": _caught_up(ls) for s, ls in servers.items()},
-        "actors_latest": all(_rising(life.latest) for life in lives),
-    }
-    restores = {
-        s: sum(v < max(life[: i + 1]) for life in ls for i, v in enumerate(life))
-        for s, ls in servers.items()
-    }
-    unknown = sorted(set(stored_by_actor) - {life.actor for life in lives})
-    return {
-        "games_started": stored_total + sum(abandoned.values()),
-        "games_stored": stored_total,
-        "games_abandoned": abandoned,
-        "acked_lost": acked_lost,
-        "duplicates": duplicates,
-        "actor_lives": len(lives),
-        "actor_lives_killed": sum(not life.clean for life in lives),
-        "stored_from_unknown_actors": len(unknown),
-        "versions_published": [published[0], published[-1]] if published else [],
-        "server_lives": {s: len(ls) for s, ls in servers.items()},
-        "server_restores": restores,
-        "versions_monotonic": all(monotonic.values()),
-        "versions_detail": monotonic,
-    }
-
-
-def final_eval(run_dir: Path) -> dict[str, Any] | None:
-    """The run's last full evaluation (``eval.jsonl``), or None."""
-    path = run_dir / "eval.jsonl"
-    rows = (
-        [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        if path.exists()
-        else []
-    )
-    full = [r for r in rows if r.get("full")]
-    return full[-1] if full else None
-
-
-def score(result: dict[str, int] | None) -> float | None:
-    """(wins + draws / 2) / games of a match result."""
-    if not result:
-        return None
-    games = result.get("win", 0) + result.get("draw", 0) + result.get("loss", 0)
-    return (result.get("win", 0) + 0.5 * result.get("draw", 0)) / games if games else None
 
 
 # --- the command -------------------------------------------------------------------------------
@@ -510,7 +311,10 @@ def main(args: Any) -> dict[str, Any]:
     launcher: subprocess.Popen[bytes] | None = None
     injector = Injector(lan, run_dir, args.seed, (lo, hi), args.recovery_s, strikes_log,
                         kinds, tuple(args.net_s))  # fmt: skip
-    t0 = time.monotonic()
+    t0, start = time.monotonic(), chaos_watch.now()
+    memory = chaos_watch.MemoryWatch(
+        list(HOST_OF), lambda t: role_pids(lan[HOST_OF[t]], t), lambda: injector.net_on
+    )
     try:
         make_keys(lan, work / "keys")
         cluster = work / "cluster.toml"
@@ -529,12 +333,13 @@ def main(args: Any) -> dict[str, Any]:
             flush=True,
         )
         proc = launcher
+        memory.start()
 
         def alive() -> bool:
             return proc.poll() is None
 
         def first_version() -> bool:
-            return "published v1 " in _read_from(log_path(run_dir, lan, "learner"), 0)
+            return "published v1 " in read_from(log_path(run_dir, lan, "learner"), 0)
 
         injector.run(t0, first_version, args.minutes * 60 - args.quiet_s, alive)
         try:
@@ -542,13 +347,18 @@ def main(args: Any) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             os.killpg(launcher.pid, signal.SIGKILL)
             code = launcher.wait()
+        memory.stop()
         books = account(run_dir, lan, run_dir / "journal")
     finally:
+        memory.stop()
         if launcher is not None and launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
         destroy_lan(lan)
     strikes = injector.strikes
     recoveries = [s.recovered_s for s in strikes]
+    heals = [s.t_s + s.fault_s for s in strikes if s.fault_s is not None]
+    learner_log = read_from(log_path(run_dir, lan, "learner"), 0)
+    flow = chaos_watch.throughput(learner_log, start, heals, 15.0, args.throughput_s)
     evaluation = final_eval(run_dir)
     eval_score = score((evaluation or {}).get("vs_random"))
     kills: dict[str, dict[str, int]] = {}
@@ -567,6 +377,8 @@ def main(args: Any) -> dict[str, Any]:
         "every_role_recovered": all(r is not None and r <= args.recovery_s for r in recoveries)
         and all(s.note != "not recovered in time" for s in strikes),
         "final_eval_sane": eval_score is not None and eval_score >= args.min_score,
+        "memory_bounded": max(memory.peak_mb.values()) <= args.memory_mb,
+        "throughput_recovered": flow["ok"],
         "struck": bool(strikes),
     }
     verdicts["ok"] = all(verdicts.values())
@@ -585,6 +397,10 @@ def main(args: Any) -> dict[str, Any]:
         "max_recovery_s": max((r for r in recoveries if r is not None), default=None),
         "recovery_s": recoveries,
         "restarts": summary.get("restarts", {}),
+        "memory_peak_mb": {t: round(mb) for t, mb in memory.peak_mb.items()},
+        "memory_peak_in_strike_mb": {t: round(mb) for t, mb in memory.peak_in_strike_mb.items()},
+        "memory_bound_mb": args.memory_mb,
+        "throughput": flow,
         "launcher_summary": summary,
         "final_eval": {
             "step": (evaluation or {}).get("step"),
