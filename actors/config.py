@@ -50,6 +50,12 @@ class ActorsConfig:
     """Send the targets the game can give with each game (``azserve.targets``: final
     ownership and score margin of the games played to their end, the opponent's reply policy).
     ``azserve train`` turns it on when a ``trainer.*_weight`` of a target is above 0."""
+    material_ahead_plies: int = 0
+    """With ``targets``, a game with material (chess, shogi) also sends its material targets
+    (actors/material.py): ``score``, the final balance, and ``material_ahead``, the balance
+    this many plies after each position; 0 = neither (the trajectories of before). The config
+    sets it to ``trainer.material_ahead_plies`` while ``trainer.score_weight`` or
+    ``trainer.material_ahead_weight`` is above 0."""
     sparse_policy: Literal["auto", "on", "off"] = "auto"
     """Send the policy targets (and the ``reply`` target) as their nonzero entries, int16
     index and float16 weight (``azserve.trajarrays``): ``auto`` for games wider than 512 actions
@@ -65,6 +71,11 @@ class ActorsConfig:
     """Address of the metrics endpoints (loopback by default)."""
 
     def __post_init__(self) -> None:
+        if self.material_ahead_plies < 0:
+            raise ConfigError(
+                f"actors.material_ahead_plies={self.material_ahead_plies}: must be >= 0 "
+                "(0 = no material targets)"
+            )
         if self.max_outbox < 1:
             raise ConfigError(f"actors.max_outbox: must be >= 1, got {self.max_outbox}")
         if not 0 < self.resend_after_s <= self.max_resend_after_s:

@@ -21,6 +21,7 @@ from actors.config import ActorsConfig
 from actors.evalcache import EvalCache
 from actors.games import Game, State, make_game
 from actors.games.compiled import live_trees
+from actors.material import MaterialTrack, has_material
 from actors.search import MCTSConfig, Search, SearchResult
 from actors.searches import make_search
 from actors.searchpool import SearchPool
@@ -212,13 +213,16 @@ async def play_game(
     targets: bool = False,
     sparse_replies: bool = False,
     sparse_targets: bool = False,
+    material_plies: int = 0,
 ) -> FinishedGame:
     """Play one game against itself on the version pinned at its start, through the
     process's evaluation ``cache`` if any, its compiled searches driven by the process's
     ``pool`` if any (the same results either way). Raises ``GameAbandoned`` when its version
     cannot be served (see ``search_on_version``). With ``targets``, the game's targets come
     with it (``game_targets``); with ``sparse_targets`` its policies (and reply) are
-    ``SparseRows``; with ``sparse_replies`` its leaves are evaluated sparse (``GameLeaves``).
+    ``SparseRows``; with ``sparse_replies`` its leaves are evaluated sparse (``GameLeaves``);
+    with ``targets`` and ``material_plies`` > 0, a game with material (chess, shogi) adds its
+    material targets, ``material_ahead`` that many plies ahead (actors/material.py).
 
     Playout cap randomization: each move gets the full search (``num_simulations``, recorded)
     with probability ``full_search_fraction``, else a fast one (``fast_simulations``, played
@@ -231,6 +235,8 @@ async def play_game(
         state = game.initial_state()
         obs, policies, movers = [], [], []
         replies: list[np.ndarray | None] = []  # the next recorded move's target, per position
+        material = targets and material_plies > 0 and has_material(game)
+        track = MaterialTrack(game, material_plies) if material else None
         resign_allowed = mcts.sample_resign_allowed()
         would_resign: int | None = None  # mover who would have resigned in a no-resign game
         resigner: int | None = None
@@ -278,7 +284,8 @@ async def play_game(
         loser = 0 if first_result < 0 else 1 if first_result > 0 else None
         stats.false_resign += would_resign is not None and would_resign != loser
     policy = np.stack(policies) if policies else np.zeros((0, game.num_actions), np.float32)
-    extra = game_targets(game, state, movers_a, replies, resigner is None) if targets else {}
+    played_out = resigner is None
+    extra = game_targets(game, state, movers_a, replies, played_out, track) if targets else {}
     return FinishedGame(
         obs=np.stack(obs) if obs else np.zeros((0, *game.obs_shape), np.uint8),
         policy=SparseRows.from_dense(policy) if sparse_targets else policy,
@@ -321,11 +328,14 @@ def game_targets(
     movers: np.ndarray,
     replies: list[np.ndarray | None],
     played_out: bool,
+    material: MaterialTrack | None = None,
 ) -> dict[str, np.ndarray]:
     """The targets of one game's recorded positions (``azserve.targets``), by name in their
     order: ``ownership`` and ``score`` from the ``final`` state, turned to each position's side
     to move (``movers`` [T]), where the game gives them and was ``played_out`` (not resigned);
-    ``reply`` from ``replies`` (the next move's search policy, None where there is none)."""
+    ``score`` and ``material_ahead`` from the game's ``material`` where it was tracked and the
+    game ``played_out`` (a game ended at the ply cap or adjudicated was); ``reply`` from
+    ``replies`` (the next move's search policy, None where there is none)."""
     out: dict[str, np.ndarray] = {}
     final_targets = game.final_targets(final) if played_out else None
     sign = np.where(movers == 0, 1, -1)
@@ -333,6 +343,8 @@ def game_targets(
         owner, margin = final_targets
         out["ownership"] = (owner[None] * sign[:, None, None]).astype(np.int8)
         out["score"] = (margin * sign).astype(np.float32)
+    if material is not None and played_out:
+        out.update(material.targets(final, movers))
     reply = np.zeros((len(replies), game.num_actions), np.float32)
     for i, r in enumerate(replies):
         if r is not None:
@@ -445,6 +457,7 @@ class SelfPlay:
                     self.cfg.targets,
                     self._sparse_replies,
                     sparse.wanted(self.cfg.sparse_policy, self.game.num_actions),
+                    self.cfg.material_ahead_plies,
                 )
             except GameAbandoned as exc:
                 if not self.client.lifecycle.running:

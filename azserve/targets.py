@@ -9,7 +9,10 @@ that order (a trajectory without targets is exactly what it was before they exis
   Tromp-Taylor area at the end; Othello: each square's final disc). Only a game played to its
   end carries it (a resigned game's board says nothing of the end).
 - ``score`` float32 ``[T]``: the final score margin for the side to move (Go: area difference
-  with komi; Othello: disc difference). Carried with ``ownership``.
+  with komi; Othello: disc difference; chess and shogi: the final material balance, see
+  ``MATERIAL``). Carried with ``ownership`` by a game that gives it, alone by chess and shogi.
+- ``material_ahead`` float32 ``[T]``: the material balance for the side to move some plies
+  later (``actors.material_ahead_plies``; the final balance where the game ends sooner).
 - ``reply`` float32 ``[T, A]``: the opponent's reply policy, the search policy of the next
   position; a row of zeros where there is none (the last move, or a next move that was not
   recorded). In a sparse trajectory (``azserve.trajarrays``) ``SparseRows`` like its policy,
@@ -24,11 +27,18 @@ import numpy as np
 
 from azserve.sparse import SparseRows
 
-TARGETS = ("ownership", "score", "reply")
+TARGETS = ("ownership", "score", "material_ahead", "reply")
 """Every target name, in the order a trajectory lists the ones it carries."""
 
 FINAL = ("ownership", "score")
 """The targets read from the final position (the game must have ended, not by resignation)."""
+
+MATERIAL = ("score", "material_ahead")
+"""The targets of a game with material (chess, shogi: ``Game.material_balance``), read from
+the material of the positions played: ``score`` the final balance, ``material_ahead`` the
+balance some plies on. A game played to its end carries them, one ended at the ply cap or
+adjudicated too (its final material is real); a resigned game does not (where it would
+have ended is unknown)."""
 
 
 def target_spec(
@@ -38,7 +48,7 @@ def target_spec(
     _, h, w = obs_shape
     if name == "ownership":
         return np.dtype(np.int8), (t, h, w)
-    if name == "score":
+    if name in ("score", "material_ahead"):
         return np.dtype(np.float32), (t,)
     if name == "reply":
         return np.dtype(np.float32), (t, num_actions)
@@ -71,11 +81,11 @@ def check_targets(
             return f"target {name} must be {dtype.name}{list(shape)}, got {a.dtype.name}{list(a.shape)}"
         if name == "ownership" and not ((a >= -1) & (a <= 1)).all():
             return "target ownership outside {-1, 0, 1}"
-        if name == "score" and not np.isfinite(a).all():
-            return "target score is not finite"
+        if name in ("score", "material_ahead") and not np.isfinite(a).all():
+            return f"target {name} is not finite"
         if name == "reply" and not (np.isfinite(a).all() and (a >= 0).all()):
             return "target reply has negative or non-finite entries"
     return None
 
 
-__all__ = ["FINAL", "TARGETS", "check_targets", "target_spec"]
+__all__ = ["FINAL", "MATERIAL", "TARGETS", "check_targets", "target_spec"]

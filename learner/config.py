@@ -67,14 +67,23 @@ class TrainerConfig:
     """"optimizer": the optimizer's weight_decay (coupled L2 for SGD, decoupled for AdamW);
     "loss": an explicit ``weight_decay/2 * ||w||^2`` term, reported in the loss as ``l2``."""
     value_weight: float = 1.0
-    """Weight of the value MSE relative to the policy cross-entropy."""
+    """Weight of the value loss relative to the policy cross-entropy: the squared error, or
+    with ``net.value_head = "wdl"`` the win/draw/loss cross-entropy."""
     ownership_weight: float = 0.0
     """Weight of the final-ownership loss (the mean over the board's points of a binary
     cross-entropy, KataGo's); needs ``net.heads`` to have ``ownership`` and a game that gives
     it (Go, Othello). 0 = off: the loss, the replay and the trajectories are today's."""
     score_weight: float = 0.0
     """Weight of the score-margin loss (the squared error of the margin divided by the
-    board's points); needs the ``score`` head. 0 = off."""
+    game's score scale: the board's points; chess and shogi: the final material balance over
+    ``Game.score_scale`` pawns); needs the ``score`` head. 0 = off."""
+    material_ahead_weight: float = 0.0
+    """Weight of the loss of the material balance ``material_ahead_plies`` plies ahead (chess,
+    shogi; the squared error as for the score); needs the ``material_ahead`` head. 0 = off."""
+    material_ahead_plies: int = 16
+    """Plies ahead of each position whose material balance ``material_ahead`` is (the final
+    balance where the game ends sooner); the actors compute it (``actors.material_ahead_plies``
+    follows it while a material target is trained)."""
     reply_weight: float = 0.0
     """Weight of the opponent's-reply policy loss (cross-entropy against the next position's
     search policy); needs the ``reply`` head. 0 = off."""
@@ -151,6 +160,11 @@ class TrainerConfig:
         for name in TARGETS:
             if getattr(self, f"{name}_weight") < 0:
                 raise ConfigError(f"trainer.{name}_weight: must be >= 0")
+        if self.material_ahead_plies < 1:
+            raise ConfigError(
+                f"trainer.material_ahead_plies={self.material_ahead_plies}: must be >= 1 "
+                "(the balance that many plies after each position)"
+            )
 
     def targets(self) -> tuple[str, ...]:
         """The targets trained on (weight above 0), in ``azserve.targets`` order."""

@@ -72,7 +72,9 @@ class Learner:
             )
         if cfg.learner.threads > 0:
             torch.set_num_threads(cfg.learner.threads)
-        self.trainer = Trainer(cfg.net, cfg.trainer, symmetries=game.symmetries, group=group)
+        self.trainer = Trainer(
+            cfg.net, cfg.trainer, game.symmetries, group, score_scale=game.score_scale
+        )
         self.versions = VersionCounter(cfg.trainer.publish_every)
         self._lost_checkpoints = 0
         self._journal_from = 0
@@ -579,7 +581,8 @@ def run_rank(cfg: LearnerSettings, rank: int, rendezvous: str) -> int:
     group = RankGroup(rank, cfg.learner.processes, rendezvous, device, cfg.learner.rank_timeout_s)
     stopped = False
     try:
-        trainer = Trainer(cfg.net, cfg.trainer, symmetries=None, group=group)
+        scale = make_game(cfg.game).score_scale  # the same loss as rank 0's
+        trainer = Trainer(cfg.net, cfg.trainer, symmetries=None, group=group, score_scale=scale)
         trainer.load_state_dict(trainer_state_from_bytes(group.broadcast_bytes(None)))
         shapes = shard_shapes(cfg, cfg.trainer.batch_size // group.world)
         while True:

@@ -1,6 +1,8 @@
 """The AlphaZero loss and symmetry augmentation. Pure functions: tensors in, tensors out.
 
-``l = -pi . log p + value_weight * (z - v)^2 + l2``. Weight decay is applied by the optimizer by
+``l = -pi . log p + value_weight * (z - v)^2 + l2``; with a win/draw/loss value head the value
+term is instead the cross-entropy of its logits against ``wdl_target(z)``. Weight decay is
+applied by the optimizer by
 default (``TrainerConfig.weight_decay_mode = "optimizer"``); with ``"loss"`` the trainer passes
 ``l2_penalty(...)`` in here instead, so that the reported total is the paper's objective.
 ``target_losses`` gives the terms of the game's targets (``azserve.targets``) that the trainer
@@ -41,13 +43,16 @@ def alphazero_loss(
     *,
     value_weight: float = 1.0,
     l2: torch.Tensor | None = None,
+    wdl: torch.Tensor | None = None,
 ) -> LossParts:
     """Policy cross-entropy against soft targets plus value MSE, averaged over the batch.
 
     logits ``[B,A]``, value ``[B]`` (network outputs, any float dtype; computed in float32),
     target_policy ``[B,A]`` (rows sum to 1), target_value ``[B]`` in [-1, 1], legal ``[B,A]``
     bool (optional: illegal actions are removed from the softmax; targets must be 0 there),
-    l2 a scalar penalty added as is (see ``l2_penalty``).
+    l2 a scalar penalty added as is (see ``l2_penalty``). With ``wdl``, the net's win/draw/loss
+    logits ``[B,3]``, the value loss is their cross-entropy against ``wdl_target(target_value)``
+    (``value`` is then not used); it keeps the name ``value``.
     """
     logits = logits.float()
     if legal is not None:
@@ -55,17 +60,30 @@ def alphazero_loss(
         logits = logits.masked_fill(~legal, torch.finfo(torch.float32).min)
     log_p = F.log_softmax(logits, dim=-1)
     policy_loss = -(target_policy.float() * log_p).sum(dim=-1).mean()
-    value_loss = F.mse_loss(value.float(), target_value.float())
+    if wdl is None:
+        value_loss = F.mse_loss(value.float(), target_value.float())
+    else:
+        target = wdl_target(target_value.float())
+        value_loss = -(target * F.log_softmax(wdl.float(), dim=-1)).sum(dim=-1).mean()
     l2_term = l2 if l2 is not None else policy_loss.new_zeros(())
     total = policy_loss + value_weight * value_loss + l2_term
     return LossParts(total=total, policy=policy_loss, value=value_loss, l2=l2_term)
+
+
+def wdl_target(z: torch.Tensor) -> torch.Tensor:
+    """The win/draw/loss distribution ``[B,3]`` of outcomes ``z`` ``[B]`` in [-1, 1] for the
+    side to move: ``(z, 1 - z, 0)`` for ``z >= 0``, ``(0, 1 + z, -z)`` below. A win, a draw and
+    a loss are pure; a fractional result (an adjudicated win, ``mcts.adjudicated_value``) is a
+    mix of it and a draw, whose expected value ``P(win) - P(loss)`` is ``z`` again."""
+    win, loss = z.clamp(min=0), (-z).clamp(min=0)
+    return torch.stack([win, 1 - win - loss, loss], dim=-1)
 
 
 def target_losses(
     outputs: Mapping[str, torch.Tensor | None],
     targets: Mapping[str, torch.Tensor],
     masks: Mapping[str, torch.Tensor],
-    cells: int,
+    score_scale: float,
     denominators: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
     """The loss of each target in ``targets`` (float32 scalars), each the mean over the
@@ -76,8 +94,10 @@ def target_losses(
     - ``ownership``: outputs ``[B,H,W]`` logits ``o`` (``tanh(o)`` the expected owner), targets
       ``[B,H,W]`` in {-1, 0, 1}; the binary cross-entropy of ``sigmoid(2 o)`` against
       ``(1 + t) / 2``, averaged over the points (KataGo's ownership loss);
-    - ``score``: outputs ``[B]`` the margin divided by the board's ``cells``, targets ``[B]``
-      the margin in points; the squared error of the scaled margin;
+    - ``score``: outputs ``[B]`` the margin divided by ``score_scale`` (``Game.score_scale``:
+      the board's cells unless the game says otherwise), targets ``[B]`` the margin in points;
+      the squared error of the scaled margin;
+    - ``material_ahead``: as ``score``, the material balance some plies ahead;
     - ``reply``: outputs ``[B,A]`` logits, targets ``[B,A]`` a policy; the cross-entropy.
     """
     out: dict[str, torch.Tensor] = {}
@@ -90,8 +110,8 @@ def target_losses(
             per = F.binary_cross_entropy_with_logits(
                 2 * pred, (1 + target) / 2, reduction="none"
             ).mean(dim=(1, 2))
-        elif name == "score":
-            per = (pred - target / cells).pow(2)
+        elif name in ("score", "material_ahead"):
+            per = (pred - target / score_scale).pow(2)
         elif name == "reply":
             per = -(target * F.log_softmax(pred, dim=-1)).sum(dim=-1)
         else:

@@ -77,7 +77,10 @@ class Trainer:
         cfg: TrainerConfig,
         symmetries: Symmetries | None = None,
         group: RankGroup | None = None,
+        score_scale: float | None = None,
     ) -> None:
+        """``score_scale``: what the ``score`` and ``material_ahead`` heads' outputs are the
+        target divided by (``Game.score_scale``; None: the board's cells)."""
         check_run_clock(cfg)
         self.targets = cfg.targets()
         """The game's targets trained on (``trainer.*_weight`` above 0)."""
@@ -91,6 +94,9 @@ class Trainer:
         """The data-parallel group this trainer is one rank of (None: alone)."""
         self.net_cfg = net_cfg
         self.cfg = cfg
+        self.score_scale = float(score_scale or net_cfg.height * net_cfg.width)
+        self._wdl = net_cfg.value_head == "wdl"
+        """The value loss needs ``forward_all``'s win/draw/loss logits."""
         self.device = resolve_device(cfg.device, "trainer.device")
         # Version 0 has one origin: the seeded initial weights of the net section.
         self.model = build_net(net_cfg, seed=net_cfg.seed).to(self.device)
@@ -101,8 +107,9 @@ class Trainer:
             globalize_batchnorm(self.model)  # batch statistics of the global batch
         # The module that runs the step; ``self.model`` keeps the parameters and the state.
         self._forward: Any = torch.compile(self.model) if cfg.compile else self.model
-        self._forward_all: Any = self.model.forward_all  # with the heads: targets trained
-        if cfg.compile and self.targets:
+        # With the heads (targets trained) or the WDL logits.
+        self._forward_all: Any = self.model.forward_all
+        if cfg.compile and (self.targets or self._wdl):
             self._forward_all = torch.compile(self.model.forward_all)
         self._symmetries = symmetries if cfg.augment else None
         self.rng = np.random.default_rng(cfg.seed)
@@ -192,10 +199,11 @@ class Trainer:
             if self._amp_dtype is not None
             else nullcontext()
         )
+        wdl = None
         with autocast:
-            if self.targets:
+            if self.targets or self._wdl:
                 outputs = self._forward_all(obs)
-                logits, value = outputs.logits, outputs.value
+                logits, value, wdl = outputs.logits, outputs.value, outputs.wdl
             else:
                 logits, value = self._forward(obs)
         l2 = (
@@ -204,7 +212,7 @@ class Trainer:
             else None
         )
         parts = alphazero_loss(
-            logits, value, target_pi, target_z, value_weight=self.cfg.value_weight, l2=l2
+            logits, value, target_pi, target_z, value_weight=self.cfg.value_weight, l2=l2, wdl=wdl
         )
         extra: dict[str, torch.Tensor] = {}
         if self.targets:
@@ -269,10 +277,7 @@ class Trainer:
             mean = self.group.mean(counts).to(dev, torch.float32)
             mean = torch.where(mean > 0, mean, torch.ones_like(mean))
             denominators = dict(zip(masks, mean))
-        return target_losses(
-            outputs._asdict(), targets, masks, self.net_cfg.height * self.net_cfg.width,
-            denominators,
-        )  # fmt: skip
+        return target_losses(outputs._asdict(), targets, masks, self.score_scale, denominators)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly: ``model``, ``optim``, ``step``,

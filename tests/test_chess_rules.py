@@ -287,7 +287,7 @@ def test_a_built_in_game_takes_its_parameters_in_the_spec() -> None:
     chess = make_game("chess(max_plies=100, history=0)")
     assert isinstance(chess, Chess) and chess.max_plies == 100 and chess.obs_shape == (21, 8, 8)
     for spec, why in [
-        ("chess(depth=3)", "chess takes max_plies, history"),
+        ("chess(depth=3)", "chess takes max_plies, history, features"),
         ("chess(history=one)", "is not a number"),
         ("chess(history=1", "expected NAME"),
         ("chess(1)", "not key=value"),

@@ -1,6 +1,6 @@
-"""The net's options (global pooling blocks, auxiliary heads): off, the net is today's key for
-key and bit for bit; on, BatchNorm folding still computes the same function, and the compiled
-bf16 server serves it as the eager net computes it."""
+"""The net's options (global pooling blocks, auxiliary heads, the WDL value head): off, the net
+is today's key for key and bit for bit; on, BatchNorm folding still computes the same function,
+and the compiled bf16 server serves it as the eager net computes it."""
 
 from __future__ import annotations
 
@@ -27,7 +27,11 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 GO9 = NetConfig(in_channels=4, height=9, width=9, num_actions=82, blocks=6, channels=64)
 TINY = NetConfig(in_channels=3, height=5, width=5, num_actions=26, blocks=3, channels=12)
 POOLED = dataclasses.replace(
-    TINY, global_pool_every=2, global_pool_channels=4, heads=("ownership", "score", "reply")
+    TINY,
+    global_pool_every=2,
+    global_pool_channels=4,
+    heads=("ownership", "score", "material_ahead", "reply"),
+    value_head="wdl",
 )
 
 # sha256 of ``initial_weights`` as the net was before these options (commit 561a8eb).
@@ -68,6 +72,8 @@ def test_global_pooling_blocks_and_heads_add_their_keys_only() -> None:
         "ownership_conv.bias",
         "score_fc.weight",
         "score_fc.bias",
+        "material_ahead_fc.weight",
+        "material_ahead_fc.bias",
         "reply_conv.0.weight",
         *(f"reply_conv.1.{k}" for k in bn),
         "reply_fc.weight",
@@ -79,6 +85,7 @@ def test_global_pooling_blocks_and_heads_add_their_keys_only() -> None:
     assert state["tower.1.conv1g.weight"].shape == (4, 12, 3, 3)
     assert state["tower.1.pool_fc.weight"].shape == (8, 8)
     assert state["tower.0.conv1.weight"].shape == (12, 12, 3, 3)
+    assert state["value_fc2.weight"].shape == (3, 64)  # win, draw, loss
 
 
 def _obs(rows: int, seed: int = 0) -> torch.Tensor:
@@ -115,6 +122,8 @@ def test_forward_is_forward_all_without_heads() -> None:
     assert torch.equal(logits, out.logits) and torch.equal(value, out.value)
     assert out.ownership is not None and out.ownership.shape == (8, 5, 5)
     assert out.score is not None and out.score.shape == (8,)
+    assert out.material_ahead is not None and out.material_ahead.shape == (8,)
+    assert out.wdl is not None and out.wdl.shape == (8, 3)
     assert out.reply is not None and out.reply.shape == (8, 26)
 
 

@@ -72,6 +72,10 @@ class Game(abc.ABC):
     """The same game in OpenSpiel, as ``pyspiel.load_game`` takes it (``"connect_four"``,
     ``"go(board_size=9,komi=7.5)"``), or None where OpenSpiel has none: what the OpenSpiel
     opponents, the rules tests and the MCTS benchmark load."""
+    score_scale: float | None = None
+    """What the net's ``score`` (and ``material_ahead``) head predicts the target divided by,
+    so that it is of order 1: None (the default) the board's cells, as for Go's and Othello's
+    margins; chess and shogi, whose score is a material balance, set their own."""
 
     def benchmarks(self) -> tuple[Benchmark, ...]:
         """What ``azserve eval`` and training's evaluations score the game on
@@ -154,6 +158,12 @@ class Game(abc.ABC):
         player's view: (ownership int8 [H, W] in the planes' layout, +1 the first player's,
         -1 the second's, 0 neither; the final score margin), or None where the game gives no
         such targets (the default). ``s`` is a terminal state (``azserve.targets``)."""
+        return None
+
+    def material_balance(self, s: State) -> float | None:
+        """The first player's material lead in ``s`` (any state, not only a final one), in
+        the game's own units (chess: pawns, P1 N3 B3 R5 Q9), or None where the game has no
+        material (the default). The material targets come from it (``azserve.targets``)."""
         return None
 
     def cap_score(self, s: State, repetitions: bool = False) -> float | None:

@@ -23,7 +23,7 @@ from actors.games.base import Game
 
 log = logging.getLogger("actors.games.compiled")
 
-_ABI = 8
+_ABI = 9
 """The interface of actors/core/ this code drives (its ``ABI``); a build of an older
 source (the C file changed, ``pip install -e .`` not run again) is not used."""
 
@@ -109,17 +109,18 @@ class BlobState(NamedTuple):
 
 class CompiledGame(Game):
     """The contract on the compiled core's rules (module docstring). ``max_plies``: the ply
-    cap (adjudicated a draw); ``history``: earlier positions in the planes."""
+    cap (adjudicated a draw); ``history``: earlier positions in the planes; ``extra``: the
+    rules' further parameters, if any (chess: ``features``)."""
 
     state_type: Any = BlobState
     """The subclass's state (a NamedTuple of ``blob``, ``over``, ``value``)."""
     side_at: int = 0
     """The blob's byte that holds the side to move."""
 
-    def __init__(self, max_plies: int, history: int) -> None:
+    def __init__(self, max_plies: int, history: int, *extra: float) -> None:
         self.max_plies = int(max_plies)
         self.history = int(history)
-        self.core_params = (float(self.max_plies), float(self.history))
+        self.core_params = (float(self.max_plies), float(self.history), *map(float, extra))
         if not compiled_available(self):
             raise ValueError(f"{self.name} needs the compiled core (pip install -e . builds it)")
         self._rules: Any = core_rules(self)  # ValueError for a bad cap or history

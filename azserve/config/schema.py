@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 
 from actors.config import ActorsConfig
 from actors.games import Game, make_game
+from actors.material import has_material
 from actors.search import MCTSConfig
 from azserve.auth import AuthConfig
 from azserve.backends.base import BackendConfig
@@ -27,7 +28,7 @@ from azserve.config.load import apply_overrides, dump_toml, from_dict, read_toml
 from azserve.errors import ConfigError
 from azserve.model.spec import NetConfig
 from azserve.server.config import ServerConfig
-from azserve.targets import FINAL
+from azserve.targets import FINAL, MATERIAL
 from learner.config import (
     CheckpointConfig,
     LearnerConfig,
@@ -191,11 +192,25 @@ class Config:
                     f"trainer.{name}_weight={getattr(self.trainer, f'{name}_weight')} needs "
                     f"the {name} head: add {name!r} to net.heads"
                 )
-        final = [n for n in trained if n in FINAL]
-        if final and type(game).final_targets is Game.final_targets:
+        gives = set(MATERIAL) if has_material(game) else set()
+        if type(game).final_targets is not Game.final_targets:
+            gives |= set(FINAL)
+        lacking = [n for n in trained if n not in gives and n in (*FINAL, *MATERIAL)]
+        if lacking:
+            what = (
+                "material (Game.material_balance: chess, shogi)"
+                if lacking[0] == "material_ahead"
+                else "final ownership or score (Game.final_targets; or material: "
+                "Game.material_balance)"
+            )
             raise ConfigError(
-                f"trainer.{final[0]}_weight > 0: {self.game} gives no final ownership or "
-                "score (Game.final_targets); set it to 0"
+                f"trainer.{lacking[0]}_weight > 0: {self.game} gives no {what}; set it to 0"
+            )
+        if self.autopilot.max_games and self.autopilot.max_games > self.actors.games:
+            raise ConfigError(
+                f"autopilot.max_games={self.autopilot.max_games}: must not exceed actors.games="
+                f"{self.actors.games} (the autopilot moves games in flight below the configured "
+                "count; raise actors.games to allow more)"
             )
         if self.client.max_rows > self.server.max_batch_size:
             raise ConfigError(
@@ -231,12 +246,19 @@ def client_config(cfg: Config) -> ClientConfig:
 
 
 def actors_config(cfg: Config) -> ActorsConfig:
-    """The actors section with the learner endpoint resolved, and ``targets`` on when the
-    trainer trains on any (``trainer.*_weight`` above 0)."""
+    """The actors section with the learner endpoint resolved, ``targets`` on when the
+    trainer trains on any (``trainer.*_weight`` above 0), and ``material_ahead_plies`` the
+    trainer's while it trains a material target (``score``, ``material_ahead``: a game
+    without material sends none all the same)."""
+    trained = cfg.trainer.targets()
+    material = any(n in MATERIAL for n in trained)
     return dataclasses.replace(
         cfg.actors,
         learner=endpoints(cfg).learner,
-        targets=cfg.actors.targets or bool(cfg.trainer.targets()),
+        targets=cfg.actors.targets or bool(trained),
+        material_ahead_plies=(
+            cfg.trainer.material_ahead_plies if material else cfg.actors.material_ahead_plies
+        ),
     )
 
 

@@ -1,13 +1,16 @@
 """The AlphaZero policy/value network: a residual tower with a policy head and a value head.
 
 Input is float planes ``[B, C, H, W]`` (the server converts the uint8 wire planes on the device);
-outputs are policy logits ``[B, A]`` and a value ``[B]`` in (-1, 1) for the side to move.
+outputs are policy logits ``[B, A]`` and a value ``[B]`` in [-1, 1] for the side to move.
 
-Two options change the tower and the heads (both off by default, and then the net is today's,
+Three options change the tower and the heads (all off by default, and then the net is today's,
 key for key and bit for bit): global pooling blocks (``NetConfig.global_pool_every``, KataGo's
-global pooling bias, arXiv 1902.10565 section 4.3) and auxiliary heads (``NetConfig.heads``:
-final ownership, score margin, the opponent's reply policy) that only ``forward_all``, the
-learner's forward, computes.
+global pooling bias, arXiv 1902.10565 section 4.3), auxiliary heads (``NetConfig.heads``:
+final ownership, score margin, material some plies ahead, the opponent's reply policy) that
+only ``forward_all``, the learner's forward, computes, and a win/draw/loss value head
+(``NetConfig.value_head = "wdl"``, Leela's): its three logits go to the learner through
+``forward_all``, while ``forward`` (what is served, exported and compiled) still answers one
+value, ``P(win) - P(loss)``.
 """
 
 from __future__ import annotations
@@ -73,12 +76,18 @@ class NetOutputs(NamedTuple):
     logits: torch.Tensor
     """Policy logits ``[B, A]``."""
     value: torch.Tensor
-    """Value ``[B]`` in (-1, 1) for the side to move."""
+    """Value ``[B]`` in [-1, 1] for the side to move (with a WDL head ``P(win) - P(loss)``)."""
+    wdl: torch.Tensor | None
+    """Win/draw/loss logits ``[B, 3]`` for the side to move (``value_head = "wdl"``)."""
     ownership: torch.Tensor | None
     """Ownership logits ``[B, H, W]`` (planes' layout): ``tanh`` of them is the expected final
     owner of each point, +1 the side to move, -1 the opponent."""
     score: torch.Tensor | None
-    """Final score margin for the side to move ``[B]``, divided by the board's cells."""
+    """Final score margin for the side to move ``[B]``, divided by the game's score scale
+    (``Game.score_scale``: the board's cells by default)."""
+    material_ahead: torch.Tensor | None
+    """Material balance for the side to move some plies ahead ``[B]``, divided by the same
+    scale."""
     reply: torch.Tensor | None
     """Logits ``[B, A]`` of the opponent's reply policy (the next position's search policy)."""
 
@@ -116,12 +125,15 @@ class AlphaZeroNet(nn.Module):
             nn.ReLU(),
         )
         self.value_fc1 = nn.Linear(cfg.value_channels * hw, cfg.value_hidden)
-        self.value_fc2 = nn.Linear(cfg.value_hidden, 1)
+        self.wdl = cfg.value_head == "wdl"
+        self.value_fc2 = nn.Linear(cfg.value_hidden, 3 if self.wdl else 1)
         # Auxiliary heads, created only when asked for (a net without them keeps its keys).
         if "ownership" in cfg.heads:
             self.ownership_conv = nn.Conv2d(c, 1, 1)
         if "score" in cfg.heads:  # beside the value, from the value head's hidden layer
             self.score_fc = nn.Linear(cfg.value_hidden, 1)
+        if "material_ahead" in cfg.heads:  # as the score
+            self.material_ahead_fc = nn.Linear(cfg.value_hidden, 1)
         if "reply" in cfg.heads:  # a second policy head
             self.reply_conv = nn.Sequential(
                 nn.Conv2d(c, cfg.policy_channels, 1, bias=False),
@@ -131,32 +143,43 @@ class AlphaZeroNet(nn.Module):
             self.reply_fc = nn.Linear(cfg.policy_channels * hw, cfg.num_actions)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        _, logits, _, value = self._trunk(x)
-        return logits, value
+        _, logits, _, out = self._trunk(x)
+        return logits, self._value(out)
 
     def _trunk(
         self, x: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The tower's output, the policy logits, the value head's hidden layer and the value:
-        plain tensors, so that ``forward`` stays scriptable (Triton's TorchScript export)."""
+        """The tower's output, the policy logits, the value head's hidden layer and its output
+        (``[B, 1]``, or ``[B, 3]`` WDL logits): plain tensors, so that ``forward`` stays
+        scriptable (Triton's TorchScript export)."""
         h = self.tower(self.stem(x))
         logits = self.policy_fc(self.policy_conv(h).flatten(1))
         v = F.relu(self.value_fc1(self.value_conv(h).flatten(1)))
-        value = torch.tanh(self.value_fc2(v)).squeeze(1)
-        return h, logits, v, value
+        return h, logits, v, self.value_fc2(v)
+
+    def _value(self, out: torch.Tensor) -> torch.Tensor:
+        """The value ``[B]`` of the value head's output: ``tanh``, or from WDL logits the
+        expected result ``P(win) - P(loss)``."""
+        if self.wdl:
+            p = torch.softmax(out, dim=1)
+            return p[:, 0] - p[:, 2]
+        return torch.tanh(out).squeeze(1)
 
     def forward_all(self, x: torch.Tensor, heads: bool = True) -> NetOutputs:
         """Policy, value and (``heads``) the auxiliary heads the net has (the learner's
         forward; serving uses ``forward``)."""
-        h, logits, v, value = self._trunk(x)
+        h, logits, v, out = self._trunk(x)
+        value, wdl = self._value(out), out if self.wdl else None
         if not heads:
-            return NetOutputs(logits, value, None, None, None)
+            return NetOutputs(logits, value, wdl, None, None, None, None)
         has = self.cfg.heads
         return NetOutputs(
             logits,
             value,
+            wdl,
             self.ownership_conv(h).squeeze(1) if "ownership" in has else None,
             self.score_fc(v).squeeze(1) if "score" in has else None,
+            self.material_ahead_fc(v).squeeze(1) if "material_ahead" in has else None,
             self.reply_fc(self.reply_conv(h).flatten(1)) if "reply" in has else None,
         )
 

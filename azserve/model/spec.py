@@ -4,10 +4,11 @@ describe a model without importing torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from azserve.errors import ConfigError
 
-HEADS = ("ownership", "score", "reply")
+HEADS = ("ownership", "score", "material_ahead", "reply")
 """The auxiliary heads a net may have beside policy and value (``NetConfig.heads``)."""
 
 
@@ -57,8 +58,15 @@ class NetConfig:
     """Channels pooled in a global pooling block (the block keeps ``channels`` minus these as
     its regular channels, so it costs about what a plain block does)."""
     heads: tuple[str, ...] = ()
-    """Auxiliary heads trained on the game's targets (``ownership``, ``score``, ``reply``);
-    empty = none. Only the learner computes them: serving answers policy and value."""
+    """Auxiliary heads trained on the game's targets (``ownership``, ``score``,
+    ``material_ahead``, ``reply``); empty = none. Only the learner computes them: serving
+    answers policy and value."""
+    value_head: Literal["scalar", "wdl"] = "scalar"
+    """``scalar``: one tanh output, trained by squared error against the outcome (today's
+    net); ``wdl``: three logits, win/draw/loss for the side to move (Leela's), trained by
+    cross-entropy against the outcome made a distribution, so a draw is learnt as a draw and
+    not as the mean of a win and a loss. Served either way as one value, ``P(win) - P(loss)``
+    for ``wdl``: the wire, the server and the search do not change."""
 
     def __post_init__(self) -> None:
         if self.global_pool_every < 0:

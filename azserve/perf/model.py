@@ -196,7 +196,8 @@ def time_training(cfg: Config, steps: int) -> dict[str, Any]:
 
     if cfg.learner.threads > 0:
         torch.set_num_threads(cfg.learner.threads)
-    trainer = Trainer(cfg.net, cfg.trainer, symmetries=make_game(cfg.game).symmetries)
+    game = make_game(cfg.game)
+    trainer = Trainer(cfg.net, cfg.trainer, game.symmetries, score_scale=game.score_scale)
     bs = cfg.trainer.batch_size
     batch = random_batch(cfg.net, trainer.targets, bs)
     trainer.step(batch)  # the first step allocates optimizer state

@@ -1,5 +1,7 @@
-/* Chess on bitboards (the rules' params: max_plies, history; 512 and 7 by default): the rules
- * actors/games/chess/rules.py plays through, checked by perft and against OpenSpiel's chess.
+/* Chess on bitboards (the rules' params: max_plies, history, features; 512, 7 and 0 by default):
+ * the rules actors/games/chess/rules.py plays through, checked by perft and against OpenSpiel's
+ * chess. `features` adds the feature planes (below, "planes"), checked against python-chess
+ * (tests/test_chess_features.py); the blob is the same with or without them.
  *
  * Blob (little-endian), what Python's core_state gives:
  *   [0, 64)    board: 0 empty, 1..6 white P N B R Q K, 7..12 black; square rank * 8 + file
@@ -51,12 +53,14 @@
 #define CH_ACTIONS (64 * CH_TYPES)
 #define CH_PLANES_PER 14 /* per position: 6 own pieces, 6 the opponent's, 2 repetition */
 #define CH_CONST_PLANES 7
+#define CH_FEATURE_PLANES 16 /* with features: attacks 2, hanging 2, check, material 10, moves */
 
 enum { PAWN, KNIGHT, BISHOP, ROOK, QUEEN, KING };
 
 typedef struct {
-    int history; /* earlier positions in the blob and the planes */
-    int blob;    /* bytes of the blob; the derived part follows */
+    int history;  /* earlier positions in the blob and the planes */
+    int blob;     /* bytes of the blob; the derived part follows */
+    int features; /* the feature planes after the others */
 } Chess;
 
 /* The derived part, after the blob. */
@@ -184,12 +188,17 @@ static int repetitions(const unsigned char *s, uint64_t k) {
 
 static int ch_make(GameRules *r, const double *params, int n, const char **why) {
     double cap = n > 0 ? params[0] : 512.0, hist = n > 1 ? params[1] : 7.0;
+    double features = n > 2 ? params[2] : 0.0;
     if (!(cap >= 1 && cap <= 60000) || cap != (double)(int)cap) {
         *why = "chess: max_plies must be a whole number in 1..60000";
         return -1;
     }
     if (!(hist >= 0 && hist <= 15) || hist != (double)(int)hist) {
         *why = "chess: history (earlier positions in the planes) must be a whole number in 0..15";
+        return -1;
+    }
+    if (features != 0.0 && features != 1.0) {
+        *why = "chess: features must be 0 or 1";
         return -1;
     }
     init_tables();
@@ -200,9 +209,11 @@ static int ch_make(GameRules *r, const double *params, int n, const char **why) 
     }
     g->history = (int)hist;
     g->blob = CH_HIST_AT + CH_ITEM * g->history;
+    g->features = features == 1.0;
     snprintf(r->label, sizeof r->label, "chess");
     r->num_actions = CH_ACTIONS;
-    r->obs_size = (CH_PLANES_PER * (g->history + 1) + CH_CONST_PLANES) * 64;
+    int planes = CH_PLANES_PER * (g->history + 1) + CH_CONST_PLANES;
+    r->obs_size = (planes + (g->features ? CH_FEATURE_PLANES : 0)) * 64;
     r->blob_size = g->blob;
     r->state_size = g->blob + (int)sizeof(Derived);
     r->max_plies = (int)cap;
@@ -529,6 +540,55 @@ static void encode_board(const unsigned char *board, int reps, int us, unsigned 
     memset(out + 13 * 64, reps >= 3, 64);
 }
 
+/* Set the cells of plane `out` where bitboard b has a square, from side `us`'s view. */
+static void bits_plane(uint64_t b, int us, unsigned char *out) {
+    for (; b; b &= b - 1) {
+        int sq = lsb(b);
+        out[(us ? sq / 8 : 7 - sq / 8) * 8 + sq % 8] = 1;
+    }
+}
+
+/* A count as a plane: its first n cells set, in raster order (at most 64). */
+static void count_plane(int n, unsigned char *out) { memset(out, 1, (size_t)(n > 64 ? 64 : n)); }
+
+/* Every square side c attacks: its pieces' attacks with pins ignored, a slider's ray ending at
+ * the first piece in its way (of either side: a piece of its own there is defended). */
+static uint64_t attacks_of(const uint64_t bb[2][6], uint64_t occ, int c) {
+    uint64_t a = KING_ATT[lsb(bb[c][KING])];
+    for (uint64_t b = bb[c][PAWN]; b; b &= b - 1) a |= PAWN_ATT[c][lsb(b)];
+    for (uint64_t b = bb[c][KNIGHT]; b; b &= b - 1) a |= KNIGHT_ATT[lsb(b)];
+    for (uint64_t b = bb[c][BISHOP] | bb[c][QUEEN]; b; b &= b - 1) a |= bishop_att(lsb(b), occ);
+    for (uint64_t b = bb[c][ROOK] | bb[c][QUEEN]; b; b &= b - 1) a |= rook_att(lsb(b), occ);
+    return a;
+}
+
+/* The 16 feature planes, from the side to move's view: the squares the mover attacks, the
+ * squares the opponent attacks; the mover's pieces (the king aside) the opponent attacks and
+ * the mover does not defend, the same of the opponent's; ones when the mover is in check; the
+ * mover's pawns, knights, bishops, rooks and queens as counts (8 cells a piece, so a full set
+ * of pawns fills the plane), the opponent's; the legal moves as a count (one cell each, 64 and
+ * more fill it). Counts are cells set, as the clocks are: the server takes 0/1 planes only. */
+static void encode_features(const unsigned char *s, const Derived *d, unsigned char *out) {
+    int us = s[64], them = us ^ 1;
+    uint64_t occ = occupancy(d->bb), att[2], men[2];
+    for (int c = 0; c < 2; c++) {
+        att[c] = attacks_of(d->bb, occ, c);
+        men[c] = 0;
+        for (int t = PAWN; t < KING; t++) men[c] |= d->bb[c][t];
+    }
+    bits_plane(att[us], us, out);
+    bits_plane(att[them], us, out + 64);
+    bits_plane(men[us] & att[them] & ~att[us], us, out + 128);
+    bits_plane(men[them] & att[us] & ~att[them], us, out + 192);
+    memset(out + 256, (att[them] & d->bb[us][KING]) != 0, 64);
+    for (int t = PAWN; t < KING; t++) {
+        count_plane(8 * __builtin_popcountll(d->bb[us][t]), out + (5 + t) * 64);
+        count_plane(8 * __builtin_popcountll(d->bb[them][t]), out + (10 + t) * 64);
+    }
+    Move moves[256];
+    count_plane(gen_legal(s, d, moves, 0), out + 15 * 64);
+}
+
 static void ch_encode(const GameRules *r, const unsigned char *s, unsigned char *out) {
     const Chess *g = (const Chess *)r->data;
     Derived d;
@@ -553,12 +613,13 @@ static void ch_encode(const GameRules *r, const unsigned char *s, unsigned char 
     memset(c + 256, rights >> (2 * (us ^ 1)) & 1, 64);
     memset(c + 320, rights >> (2 * (us ^ 1)) >> 1 & 1, 64);
     memset(c + 384, 1, (size_t)(clock > 64 ? 64 : clock));
+    if (g->features) encode_features(s, &d, c + CH_CONST_PLANES * 64);
 }
 
 const GameDef GAME_chess = {
     .name = "chess",
-    .params = "max_plies, history",
-    .nparams = 2,
+    .params = "max_plies, history, features",
+    .nparams = 3,
     .make = ch_make,
     .release = ch_release,
     .load = ch_load,

@@ -24,6 +24,11 @@ position had stood twice, three times (all zero before the game's start); then o
 is to move, the plies played (the first ``64 * ply / max_plies`` cells set, in raster order:
 the server takes 0/1 planes only), the mover's castling rights (king side, queen side), the
 opponent's, and the halfmove clock (the first ``ceil(64 * clock / 100)`` cells set).
+With ``features=1``, 16 more (``FEATURE_PLANES``, computed by the core; python-chess is their
+oracle, tests/test_chess_features.py): the squares the mover attacks, the squares the opponent
+attacks, the mover's pieces (kings aside) attacked and not defended, the opponent's, ones when
+the mover is in check, the mover's pawns, knights, bishops, rooks and queens (8 cells a piece),
+the opponent's, and the legal moves (one cell each, at most 64).
 
 The game ends as OpenSpiel's does (insufficient material, threefold repetition, mate,
 stalemate, the 50-move rule at a clock of 100, all automatic) and at ``max_plies`` plies,
@@ -49,6 +54,8 @@ TYPES = 73
 ACTIONS = 64 * TYPES
 WINDOW = 100  # repetition keys the blob holds
 HIST_AT = 72 + 8 * WINDOW
+FEATURE_PLANES = 16
+"""The feature planes ``features=1`` adds after the others (module docstring)."""
 ITEM = 65
 NO_EP = 64
 _PIECES = "PNBRQKpnbrqk"  # blob codes 1..12
@@ -130,7 +137,8 @@ def _parse_sq(text: str) -> int:
 
 class Chess(CompiledGame):
     """Chess with AlphaZero's 4,672 actions (module docstring). ``max_plies``: the ply cap,
-    adjudicated a draw; ``history``: earlier positions in the planes (0..15)."""
+    adjudicated a draw; ``history``: earlier positions in the planes (0..15); ``features``: 1
+    adds the feature planes (attacks, hanging pieces, check, material, legal moves)."""
 
     name = "chess"
     sides = ("white", "black")
@@ -143,10 +151,14 @@ class Chess(CompiledGame):
 
     state_type = ChessState
     side_at = 64
+    score_scale = 10.0  # a material balance in pawns: a queen and a pawn ahead is 1
 
-    def __init__(self, max_plies: int = 512, history: int = 7) -> None:
-        super().__init__(max_plies, history)
-        self.obs_shape = (14 * (self.history + 1) + 7, 8, 8)
+    def __init__(self, max_plies: int = 512, history: int = 7, features: int = 0) -> None:
+        # Off, the rules' parameters stay (max_plies, history): today's Rules, shared.
+        super().__init__(max_plies, history, *((features,) if features else ()))
+        self.features = int(features)
+        planes = 14 * (self.history + 1) + 7 + FEATURE_PLANES * self.features
+        self.obs_shape = (planes, 8, 8)
         self._blob_size = HIST_AT + ITEM * self.history
         self._start = self.from_fen(START_FEN)
 
@@ -172,6 +184,10 @@ class Chess(CompiledGame):
             return None
         lead = int(_MATERIAL[board].sum())  # white's
         return float(lead if b[64] == 0 else -lead)
+
+    def material_balance(self, s: ChessState) -> float:
+        """White's material lead (P1 N3 B3 R5 Q9), read from the blob's board."""
+        return float(_MATERIAL[np.frombuffer(s.blob, np.uint8, 64)].sum())
 
     def benchmarks(self) -> tuple[Benchmark, ...]:
         # Every legal move of a fixed set of positions scored by Stockfish (benchmark.py).
@@ -533,4 +549,4 @@ def _sufficient(board: bytes | bytearray) -> bool:
     return sum(dark) > 0 and sum(light) > 0
 
 
-__all__ = ["START_FEN", "Chess", "ChessState", "Move"]
+__all__ = ["FEATURE_PLANES", "START_FEN", "Chess", "ChessState", "Move"]

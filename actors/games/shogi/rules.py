@@ -117,6 +117,7 @@ class Shogi(CompiledGame):
 
     state_type = ShogiState
     side_at = 81
+    score_scale = 20.0  # a material balance: a rook taken (10 off the board, 10 in hand) is 1
 
     def __init__(self, max_plies: int = 512, history: int = 7) -> None:
         super().__init__(max_plies, history)
@@ -149,6 +150,10 @@ class Shogi(CompiledGame):
         hands = np.frombuffer(b, np.uint8, 14, 82).astype(np.int64)
         lead = int(worth.sum() + (hands[:7] - hands[7:]) @ _WORTH[1:8])  # sente's
         return lead if side == 0 else -lead
+
+    def material_balance(self, s: ShogiState) -> float:
+        """Sente's material lead, board and hand (``material``)."""
+        return float(self.material(s, 0))
 
     def symmetries(
         self, obs: np.ndarray, policy: np.ndarray

@@ -404,7 +404,10 @@ def referee_game(seen: dict[str, str]) -> Game:
 def referee_spec(seen: dict[str, str]) -> str:
     """The spec of the game that referees checkpoints of the games ``seen`` (game spec -> a
     player of it, for the error): their own, or where they differ only in encoding (go9 and
-    go9-features), the game of the rules they share; ConfigError when their rules differ."""
+    go9-features), the game of the rules they share; but where they share one state that game's
+    differs from (chess(history=1) with and without ``features``: the rules' game, ``chess``,
+    keeps 7 earlier positions), the first of their specs, whose states every player reads;
+    ConfigError when their rules differ."""
     from actors.games import make_game
 
     if len(seen) == 1:
@@ -415,7 +418,10 @@ def referee_spec(seen: dict[str, str]) -> str:
         raise ConfigError(
             "the runs play different games: " + ", ".join(f"{g} ({n})" for g, n in seen.items())
         )
-    return rules.pop()
+    referee, first = rules.pop(), min(seen)
+    start = games[first].initial_state()
+    shared = all(g.initial_state() == start for g in games.values())
+    return first if shared and make_game(referee).initial_state() != start else referee
 
 
 def run_ladder_command(args: argparse.Namespace) -> int:
