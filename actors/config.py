@@ -16,6 +16,10 @@ class ActorsConfig:
     """Actor processes that ``train``/``launch`` start (each runs ``games`` coroutines)."""
     games: int = 256
     """Concurrent game coroutines per process: enough leaves in flight for large batches."""
+    games_file: str = ""
+    """A file holding this process's games in flight and its search pool's lane size, followed
+    while it runs (``actors.inflight``): ``azserve train``'s autopilot writes it
+    (docs/autopilot.md). Empty: ``games`` stays fixed."""
     sink: Literal["learner", "file", "null"] = "learner"
     """Where finished games go: the learner endpoint, a local file, or only counted."""
     learner: str = ""

@@ -6,6 +6,7 @@ Nothing here imports torch: an actor process is pure Python MCTS, numpy and Zero
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ import uuid
 import zmq.asyncio
 
 from actors.config import ActorsConfig
+from actors.inflight import follow, wait_for_games
 from actors.prom import actor_registry, metrics_port, sample_loop_lag
 from actors.search import MCTSConfig
 from actors.selfplay import SelfPlay, SelfPlayStats
@@ -73,16 +75,36 @@ async def run_actors(
     try:
         if not await wait_for_server(client, stop):
             return SelfPlayStats()
+        # The autopilot's number, before the first game: sized games from the start, and a
+        # restarted process starts where the run is, not at the configured count.
+        first = await wait_for_games(actors.games_file, stop) if actors.games_file else None
+        if first is not None:
+            log.info("games in flight from %s: %d, lanes of %d", *(actors.games_file, *first))
+            actors = dataclasses.replace(actors, games=first.games)
+        elif actors.games_file and not stop.is_set():
+            log.warning("nothing in %s: %d games in flight", actors.games_file, actors.games)
         sink = open_sink(actors, auth=auth)
         await sink.start()
         selfplay = SelfPlay(game, actors, mcts, client, sink, actor_id)
+        if first is not None:
+            selfplay.lane_rows = first.rows
         registry, lag = actor_registry(game, selfplay, sink)
         metrics = await start_endpoint(registry, actors.metrics_host, port, "actor")
         sampler = asyncio.create_task(sample_loop_lag(lag), name="actor-loop-lag")
+        # games file -> games in flight (azserve train's autopilot)
+        follower = (
+            asyncio.create_task(
+                follow(actors.games_file, lambda s: selfplay.set_games(*s)), name="games-file"
+            )
+            if actors.games_file
+            else None
+        )
         try:
             stats = await selfplay.run(stop)
         finally:
             sampler.cancel()
+            if follower is not None:
+                follower.cancel()
             if metrics is not None:
                 metrics.close()
             undelivered = await sink.aclose()

@@ -267,6 +267,8 @@ async def play_game(
                 movers.append(mover)
                 replies.append(None)
             previous_recorded = full
+            if track is not None:
+                track.play(state, full)
             state = game.apply(state, action)
             mcts.advance(action)
             move += 1
@@ -399,37 +401,80 @@ class SelfPlay:
         self._sparse_replies = sparse.wanted(client.cfg.sparse_policy, self.game.num_actions)
         self._next_game_id = 0
         self._done = asyncio.Event()
+        self.games = cfg.games
+        """Games in flight: game workers ``0 .. games - 1`` start new games (``set_games``)."""
+        self.lane_rows = 0
+        """Searches per lane of the pool (0: ``client.max_rows``; ``set_games``)."""
+        self._workers: dict[int, asyncio.Task[None]] = {}
+        self._rngs: dict[int, np.random.Generator] = {}
+        self._changed = asyncio.Event()  # set_games started workers: run() waits on them too
+
+    @property
+    def playing(self) -> int:
+        """Game workers alive (in a game, or about to start one)."""
+        return sum(not t.done() for t in self._workers.values())
+
+    def set_games(self, n: int, lane_rows: int = 0) -> None:
+        """Games in flight from now on (``actors.inflight``: the autopilot's games file), and
+        with ``lane_rows`` the searches per lane of the pool (each lane's round is one message:
+        the server's best batch). Lowering abandons nothing: a worker numbered ``n`` or above
+        ends after the game it is playing. Raising starts the missing workers at once (before
+        ``run``, ``run`` starts ``n``). A new lane size takes each search at its next move."""
+        if n < 1:
+            raise ValueError(f"games in flight must be >= 1, got {n}")
+        self.lane_rows = lane_rows
+        if self.pool is not None:
+            self.pool.max_rows = (
+                min(lane_rows, self.client.cfg.max_rows) or self.client.cfg.max_rows
+            )
+        if n == self.games:
+            return
+        log.info("games in flight: %d -> %d", self.games, n)
+        self.games = n
+        if not self._workers:  # run() has not started: it starts n
+            return
+        for i in range(n):
+            task = self._workers.get(i)
+            if task is None or task.done():
+                self._spawn(i)
+        self._changed.set()
+
+    def _spawn(self, index: int) -> None:
+        self._workers[index] = asyncio.create_task(self._worker(index), name=f"game-{index}")
 
     async def run(self, stop: asyncio.Event) -> SelfPlayStats:
         """Play until ``stop`` is set or the game budget is spent; games in progress then end."""
         if self.cfg.search_pool:
             self.pool = SearchPool(
                 self.client.evaluate_rows,
-                self.client.cfg.max_rows,
+                min(self.lane_rows, self.client.cfg.max_rows) or self.client.cfg.max_rows,
                 self.stats,
                 self.cache,
                 self._sparse_replies,
             )
-        workers = [
-            asyncio.create_task(self._worker(i), name=f"game-{i}") for i in range(self.cfg.games)
-        ]
+        for i in range(self.games):
+            self._spawn(i)
         monitors = [asyncio.create_task(self._lag_monitor(), name="loop-lag")]
         if self.cfg.status_interval_s:
             monitors.append(asyncio.create_task(self._status_loop(), name="status"))
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._done.wait())]
         try:
-            pending = set(workers)
-            while pending:
+            # A worker ends by itself at the game budget, after its game when set_games lowered
+            # the count below its number, or by raising.
+            while pending := [t for t in self._workers.values() if not t.done()]:
+                self._changed.clear()
+                changed = asyncio.ensure_future(self._changed.wait())
                 done, _ = await asyncio.wait(
-                    [*waiters, *pending], return_when=asyncio.FIRST_COMPLETED
+                    [*waiters, changed, *pending], return_when=asyncio.FIRST_COMPLETED
                 )
+                changed.cancel()
                 if any(w in done for w in waiters):
                     break
-                for w in done:  # a worker ends by itself only at the game budget, or by raising
-                    pending.discard(w)  # type: ignore[arg-type]
-                    if w.exception() is not None:
+                for w in done:
+                    if w is not changed and w.exception() is not None:
                         raise w.exception()  # type: ignore[misc]
         finally:
+            workers = list(self._workers.values())
             for t in [*workers, *monitors, *waiters]:
                 t.cancel()
             await asyncio.gather(*workers, *monitors, *waiters, return_exceptions=True)
@@ -438,8 +483,13 @@ class SelfPlay:
         return self.stats
 
     async def _worker(self, index: int) -> None:
-        rng = np.random.default_rng([self.cfg.seed, zlib.crc32(self.actor_id.encode()), index])
-        while True:
+        # A worker started again after set_games lowered and raised the count goes on with its
+        # own stream: a fresh one would replay its number's openings.
+        rng = self._rngs.get(index)
+        if rng is None:
+            seed = [self.cfg.seed, zlib.crc32(self.actor_id.encode()), index]
+            rng = self._rngs[index] = np.random.default_rng(seed)
+        while index < self.games:
             if self.cfg.max_games and self._next_game_id >= self.cfg.max_games:
                 return
             game_id = self._next_game_id

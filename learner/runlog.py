@@ -83,12 +83,34 @@ def _jsonable(x: Any) -> Any:
     return str(x)
 
 
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All rows of a metrics.jsonl (a torn last line from a crash is skipped)."""
+EVENT = "event"
+"""The key that marks a row written by another part of the run than the learner (the
+autopilot's decisions: ``"event": "autopilot"``); readers of the learner's rows skip them."""
+
+
+def is_learner_row(row: dict[str, Any]) -> bool:
+    """Whether a metrics.jsonl row is the learner's (not an event row)."""
+    return EVENT not in row
+
+
+def append_event(path: str | Path, event: str, row: dict[str, Any]) -> None:
+    """Append one event row ``{"time", "event", **row}`` to a metrics.jsonl. One ``write`` of
+    one line to a file opened for appending: the learner's rows and these interleave by whole
+    lines."""
+    line = json.dumps({"time": time.time(), EVENT: event, **row}, default=_jsonable) + "\n"
+    with Path(path).open("a") as f:
+        f.write(line)
+
+
+def read_metrics(path: str | Path, event: str | None = None) -> list[dict[str, Any]]:
+    """The learner's rows of a metrics.jsonl, or with ``event`` only the event rows of that
+    name (a torn last line from a crash is skipped). Also reads any JSON-lines log (eval.jsonl)."""
     rows = []
     for line in Path(path).read_text().splitlines():
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if row.get(EVENT) == event if event is not None else is_learner_row(row):
+            rows.append(row)
     return rows

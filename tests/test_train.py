@@ -173,6 +173,11 @@ def test_train_resume_refuse_and_interrupt(start, tmp_path: Path) -> None:
     assert evals[-1]["tictactoe"]["positions"] == 4520
     assert sum(evals[-1]["vs_random"].values()) == 2
     assert (run_dir / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The autopilot (on by default) sized the games before the actor started, within
+    # actors.games = 32, and its rows stay out of the learner's (docs/autopilot.md).
+    pilot = read_metrics(run_dir / "metrics.jsonl", "autopilot")
+    assert pilot and pilot[0]["action"] == "start" and pilot[0]["games"] == 32
+    assert json.loads((run_dir / "summary.json").read_text())["autopilot"]["games"] <= 32
     assert {p.name for p in (run_dir / "logs").iterdir()} >= {
         "server.log",
         "learner.log",

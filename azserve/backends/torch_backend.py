@@ -69,6 +69,10 @@ class TorchBackend(Backend):
         self.max_inflight = 2 if self.cuda else 1
         self._program = make_program(net, self.plan, self.device)
         self._warm = False
+        self.bucket_ms: list[float] = []
+        """Milliseconds a batch of each of ``plan.buckets`` takes, timed after the warm-up
+        (empty without buckets): what a row costs at each batch size, in the status reply, where
+        ``azserve train``'s autopilot finds the server's best batch."""
         self._runners: dict[int, _Runner] = {}
         self._compute: ThreadPoolExecutor | None = None
         self._loader: ThreadPoolExecutor | None = None
@@ -106,7 +110,7 @@ class TorchBackend(Backend):
 
     def status(self) -> dict[str, Any]:
         """The resolved plan and the current thread count."""
-        return {**self.plan.describe(), "threads": self.threads}
+        return {**self.plan.describe(), "threads": self.threads, "bucket_ms": self.bucket_ms}
 
     # --- loading -----------------------------------------------------------------------------
 
@@ -167,6 +171,7 @@ class TorchBackend(Backend):
         self._set_threads()  # this (loader) thread back to its own count
         if self.cuda:
             torch.cuda.synchronize(self.device)
+        self.bucket_ms = self._time_buckets(runner)
         self._program.warmed()
         self._warm = True
         log.info(
@@ -175,6 +180,21 @@ class TorchBackend(Backend):
             f" x threads {list(counts)}" if counts != (0,) else "",
             time.monotonic() - t0,
         )
+
+    def _time_buckets(self, runner: _Runner) -> list[float]:
+        """The best of three timings of a batch of each bucket, in ms (the graphs are warm:
+        a few batches, well under a second for the shipped nets on a CPU)."""
+        out = []
+        with torch.inference_mode():
+            for b in self.plan.buckets:
+                obs = np.zeros((b, *self.net_cfg.obs_shape), np.uint8)
+                best = float("inf")
+                for _ in range(3):
+                    t = time.perf_counter()
+                    self._forward(runner, self._stage(obs))  # its .cpu() waits for the device
+                    best = min(best, time.perf_counter() - t)
+                out.append(round(best * 1e3, 3))
+        return out
 
     async def unload(self, version: int) -> None:
         self._runners.pop(version, None)

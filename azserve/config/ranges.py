@@ -152,6 +152,15 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "ladder.share": (0.01, 1.0),
     "ladder.sims": (0, 1 << 20),
     "ladder.max_checkpoints": (1, 10_000),
+    "autopilot.interval_s": (0.5, INF),
+    "autopilot.start_batches": (0.01, 1024.0),
+    "autopilot.min_games": (1, 1 << 20),
+    "autopilot.max_games": (0, 1 << 20),
+    "autopilot.busy_low": (0.0, 1.0),
+    "autopilot.busy_high": (0.0, 1.0),
+    "autopilot.full_batch": (0.01, 1.0),
+    "autopilot.efficiency": (0.05, 1.0),
+    "autopilot.decrease": (0.05, 0.95),
 }
 
 

@@ -132,6 +132,52 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class AutopilotConfig:
+    """``azserve train``'s games in flight, sized while it runs (``azserve.run.autopilot``,
+    docs/autopilot.md): enough leaf rows in flight to fill the server's best batch, more only
+    while the server waits for rows. Fewer games in flight finish sooner and lag less behind
+    the learner. Off: every actor process keeps ``actors.games``."""
+
+    enabled: bool = True
+    """Size games in flight from the server's measurements (false: ``actors.games`` fixed)."""
+    interval_s: float = 10.0
+    """Seconds between decisions, each on the server's counters over the interval."""
+    start_batches: float = 1.0
+    """Rows in flight at the start, in the server's best batches (``efficiency``; without
+    batch buckets ``server.max_batch_size``); the controller moves it by what it measures."""
+    min_games: int = 4
+    """Fewest games in flight per actor process."""
+    max_games: int = 0
+    """Most games in flight per actor process (0 = ``actors.games``)."""
+    busy_low: float = 0.85
+    """Below this busy fraction the server waits for rows: one best batch more in flight."""
+    busy_high: float = 0.95
+    """At or above this busy fraction, with full batches, rows beyond one best batch only
+    queue: fewer games in flight (by ``1 - decrease``)."""
+    full_batch: float = 0.9
+    """A batch at least this share of the best batch counts as full."""
+    efficiency: float = 0.9
+    """The best batch is the smallest batch bucket whose rows per second, as the server timed
+    its buckets at start (status ``backend.bucket_ms``), reach this share of the fastest
+    bucket's: a smaller batch nearly as cheap a row needs fewer games in flight (1: the
+    fastest bucket only)."""
+    decrease: float = 0.7
+    """Rows in flight kept on a decrease (multiplicative; never below one best batch)."""
+
+    def __post_init__(self) -> None:
+        if not self.busy_low < self.busy_high:
+            raise ConfigError(
+                f"autopilot.busy_low={self.busy_low}: must be below autopilot.busy_high="
+                f"{self.busy_high} (the band between them is where nothing changes)"
+            )
+        if self.max_games and self.max_games < self.min_games:
+            raise ConfigError(
+                f"autopilot.max_games={self.max_games}: must be 0 (actors.games) or at least "
+                f"autopilot.min_games={self.min_games}"
+            )
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything one run needs."""
 
@@ -154,6 +200,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     ladder: LadderConfig = field(default_factory=LadderConfig)
+    autopilot: AutopilotConfig = field(default_factory=AutopilotConfig)
 
     def __post_init__(self) -> None:
         game = game_of(self.game)

@@ -24,6 +24,7 @@ from azserve.config.schema import Config, replace, save_config
 from azserve.errors import AzserveError, ConfigError
 from azserve.metrics import RateMeter
 from azserve.run.actor_lives import KILLED_IN_PLAY, actor_lives, killed_in_play
+from azserve.run.autopilot import Autopilot
 from azserve.run.display import Display, Row, bar, human, pct
 from azserve.run.evaluations import RunEvaluations
 from azserve.run.ladder_rounds import LadderRounds, rating_text
@@ -63,8 +64,9 @@ class Snapshot:
 
 
 def resolve_for_run(cfg: Config, sock_dir: Path) -> Config:
-    """The run's config: private ipc endpoints, per-process torch threads, and the step budget
-    handed to the learner (which stops exactly there; the supervisor only sees logged rows)."""
+    """The run's config: private ipc endpoints, per-process torch threads, the step budget
+    handed to the learner (which stops exactly there; the supervisor only sees logged rows), and
+    with the autopilot on, the games file the actors follow (``azserve.run.autopilot``)."""
     # The two binds are the truth; the endpoints that follow them are cleared so they derive.
     learner: dict[str, Any] = {
         "bind": f"ipc://{sock_dir}/learner",
@@ -78,7 +80,11 @@ def resolve_for_run(cfg: Config, sock_dir: Path) -> Config:
         server={"bind": f"ipc://{sock_dir}/server"},
         client={"server": ""},
         backend=server_threads(cfg.train.server_threads),
-        actors={"learner": "", "sink": "learner"},
+        actors={
+            "learner": "",
+            "sink": "learner",
+            "games_file": str(sock_dir / "games") if cfg.autopilot.enabled else "",
+        },
         learner=learner,
     )
 
@@ -128,6 +134,7 @@ class Training:
         self._evals = RunEvaluations(self.cfg, run_dir, self.display.note)
         self._server_status: dict[str, dict[str, Any]] = {}
         self._ladder = LadderRounds(self.cfg, run_dir)
+        self._autopilot: Autopilot | None = None
 
     def _resolve(self, cfg: Config) -> Config:
         """The config the supervisor works from (the learner's, where roles differ)."""
@@ -195,6 +202,12 @@ class Training:
             )
         self.cfg = with_run_clock(self.cfg, time.time())  # the budget counts from about now
         self._build_children()
+        if self.cfg.autopilot.enabled and self.cfg.actors.games_file:
+            # It sizes the first games at the server's first status reply; the actors wait
+            # for that number before their first game.
+            self._autopilot = Autopilot(
+                self.cfg, Path(self.cfg.actors.games_file), self.run_dir / "metrics.jsonl"
+            )
         # server first (actors wait for it), then the learner, then the actors
         for child in self.children:
             child.start()
@@ -270,6 +283,16 @@ class Training:
                     "trajectories_undelivered": undelivered,
                     "duplicates_dropped": last.get("duplicates_dropped", 0),
                     "restarts": {c.name: c.restarts for c in self.children},
+                    **(
+                        {
+                            "autopilot": {
+                                "games": self._autopilot.games,
+                                "decisions": self._autopilot.decisions,
+                            }
+                        }
+                        if self._autopilot is not None
+                        else {}
+                    ),
                     **(
                         {
                             "rating": self._ladder.latest(),
@@ -421,15 +444,18 @@ class Training:
                 s.learner_busy = r.get("learner_busy", 0.0)
                 s.inference_busy = r.get("inference_busy", 0.0)
                 s.bottleneck = r.get("bottleneck", s.bottleneck)
+        answered: dict[str, dict[str, Any]] = {}
         for name, endpoint in self._servers():
             try:
                 with SyncClient(
                     endpoint, self.cfg.server.model, timeout_s=1.0, auth=self._status_auth()
                 ) as c:
-                    self._server_status[name] = c.status()
+                    self._server_status[name] = answered[name] = c.status()
             except AzserveError:
                 continue
             self._server_rows[name] = self._server_status[name]["rows"]
+        if self._autopilot is not None:
+            self._autopilot.tick(now, answered.get("server"), s.games)
         batches = [st["mean_batch"] for st in self._server_status.values()]
         if batches:
             s.mean_batch = sum(batches) / len(batches)
@@ -478,6 +504,7 @@ class Training:
                     if self._ladder.enabled
                     else []
                 ),
+                *([Row("autopilot", self._autopilot.last)] if self._autopilot is not None else []),
                 *self._extra_rows(),
             ]
         )

@@ -17,6 +17,7 @@ import json
 import math
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from azserve.errors import AzserveError
 from azserve.run.display import human, pct
 from azserve.run.ladder_rounds import latest_rating, rating_text
+from learner.runlog import is_learner_row
 
 _CHECKPOINT = re.compile(r"^ckpt-(\d+)\.safetensors$")
 _CHECKPOINT_PLAYER = re.compile(r"^(.+)@(\d+)$")
@@ -36,8 +38,12 @@ class JsonLines:
     since the last call (a torn last line waits for its end). A file that shrank was replaced:
     it is read again from its start."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self, path: Path, keep: Callable[[dict[str, Any]], bool] = lambda row: True
+    ) -> None:
         self.path = path
+        self.keep = keep
+        """Which rows to keep (metrics.jsonl: the learner's, not the autopilot's events)."""
         self.rows: list[dict[str, Any]] = []
         self._offset = 0
 
@@ -63,7 +69,7 @@ class JsonLines:
                 row = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(row, dict):
+            if isinstance(row, dict) and self.keep(row):
                 new.append(row)
         self.rows += new
         return new, reset
@@ -83,7 +89,7 @@ class Run:
     _headers: dict[tuple[str, float], dict[str, Any]] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        self.metrics = JsonLines(self.path / "metrics.jsonl")
+        self.metrics = JsonLines(self.path / "metrics.jsonl", is_learner_row)
         self.evals = JsonLines(self.path / "eval.jsonl")
 
     # --- files ------------------------------------------------------------------------------

@@ -1,0 +1,314 @@
+"""``azserve train``'s autopilot: games in flight per actor process, sized while the run runs.
+
+**What it decides.** How many games each actor process keeps in play. With the search pool a
+game has one leaf in flight at a time, so games in flight are leaf rows in flight: the server's
+batches can be no larger, and each game's move waits for every other game's rows. Fewer rows
+than the server's best batch waste its compute; more only queue, and each extra game slows every
+game by as much (a move takes ``games x simulations / rows per second``) and ages its data: a
+game's policy lag, in versions, grows with the games in flight whatever the machine
+(docs/autopilot.md). So the rule keeps ``batches`` best batches of rows in flight
+(``autopilot.start_batches`` to begin with, never below one) and moves it by what the server
+measures over each ``autopilot.interval_s``:
+
+- the server is **starved** (busy below ``autopilot.busy_low``): it waits for rows, so one best
+  batch more is put in flight (additive increase);
+- the server is **saturated with full batches** (busy at or above ``autopilot.busy_high`` and
+  its mean batch at least ``autopilot.full_batch`` of the best): rows beyond one batch only
+  queue, so ``batches`` is cut by ``autopilot.decrease`` (multiplicative decrease, down to one
+  best batch);
+- anything between is a **hold**: the band between the two thresholds is the hysteresis that
+  keeps a noisy 2-core machine from see-sawing.
+
+The **best batch** is the smallest of the backend's batch buckets (a batch is padded up to
+its bucket) whose rows per second reach ``autopilot.efficiency`` of the fastest bucket's, by the
+server's own timing of each bucket at start (status ``backend.bucket_ms``): on a CPU a batch of
+32 often computes a row nearly as cheaply as one of 128, and needs a quarter of the games in
+flight. Untimed buckets: the largest a batch can reach; no buckets: ``server.max_batch_size``.
+Games follow as ``batches x best batch / (actor processes x leaves per game)``, within
+``autopilot.min_games`` and ``autopilot.max_games`` (0: ``actors.games``, so the autopilot only
+ever plays fewer games than configured, or as many). The first number is written at the
+server's first status reply, and the actors wait for it before their first game.
+
+**From what.** Two status replies of the server, the one ``azserve train`` already asks for
+every half second for its table: the differences of ``busy_s``, ``rows`` and ``batches`` give
+the busy fraction, the mean batch and rows per second of the interval (counted from the first
+batch served); the latency p50 and the learner's game count ride along in the log. The only
+new measurement is the bucket timing, a few batches once the server's graphs are warm.
+
+**Why the supervisor decides, through a file.** It already holds the server's status, knows
+how many actor processes share the server and owns the run directory, where each decision
+becomes a row of ``metrics.jsonl`` (``"event": "autopilot"``). It tells the actors through one
+file (``actors.games_file``, read by ``actors.inflight``): atomic to write, read again by a
+restarted actor before its first game, and no protocol to add. An actor applies a new number
+without abandoning a game: lowering lets the games in play finish and starts fewer new ones,
+raising starts more at once (``actors.selfplay.SelfPlay.set_games``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from actors.inflight import InFlight, write_inflight
+from azserve.config.schema import AutopilotConfig, Config
+from learner.runlog import append_event
+
+log = logging.getLogger("azserve.run.autopilot")
+
+EVENT = "autopilot"
+"""The ``event`` of the autopilot's rows in ``metrics.jsonl``."""
+
+ADDITIVE_BATCHES = 1.0
+"""Best batches of rows added when the server is starved: a whole one, so that the lanes of a
+best batch (``actors.inflight``) stay full."""
+
+
+@dataclass(frozen=True)
+class Measure:
+    """The server over one interval, from two of its status replies."""
+
+    seconds: float
+    busy: float
+    """Share of the interval with a batch computing."""
+    batch: float
+    """Mean rows per batch."""
+    rows_per_s: float
+    latency_p50_ms: float
+    """Receipt to reply, per request, over the server's recent window."""
+
+
+def measure(before: dict[str, Any], after: dict[str, Any], seconds: float) -> Measure | None:
+    """The interval between two status replies, or None when no batch ran in it (the server is
+    still compiling, or no game has started)."""
+    batches = int(after["batches"]) - int(before["batches"])
+    if batches <= 0 or seconds <= 0:
+        return None
+    rows = int(after["rows"]) - int(before["rows"])
+    busy = (float(after["busy_s"]) - float(before["busy_s"])) / seconds
+    return Measure(
+        seconds=seconds,
+        busy=min(1.0, max(0.0, busy)),
+        batch=rows / batches,
+        rows_per_s=rows / seconds,
+        latency_p50_ms=float(after.get("latency_ms", {}).get("p50", 0.0)),
+    )
+
+
+def best_batch(
+    max_batch_size: int,
+    buckets: Sequence[int] = (),
+    bucket_ms: Sequence[float] = (),
+    efficiency: float = 1.0,
+) -> int:
+    """The server's best batch: of its buckets that a batch of at most ``max_batch_size`` rows
+    fills, the smallest whose rows per second (``bucket_ms``: the server's timing of a batch
+    of each bucket) reach ``efficiency`` of the fastest's; the largest such bucket when they
+    are not timed; ``max_batch_size`` without buckets. A batch is padded up to its bucket, so
+    a bucket is where a row costs least for its size."""
+    fitting = [b for b in buckets if b <= max_batch_size]
+    if not fitting:
+        return max_batch_size
+    timed = dict(zip(buckets, bucket_ms)) if len(bucket_ms) == len(buckets) else {}
+    rates = {b: b / timed[b] for b in fitting if timed.get(b, 0) > 0}
+    if len(rates) < len(fitting):
+        return max(fitting)
+    top = max(rates.values())
+    return min(b for b in fitting if rates[b] >= efficiency * top)
+
+
+class Controller:
+    """The rule, free of I/O: ``batches`` best batches of rows in flight, moved by ``decide``.
+
+    ``best`` rows fill the server's best batch; ``rows_per_game`` is what one game keeps in
+    flight (processes x leaves per game: the rows one more game per process adds)."""
+
+    def __init__(
+        self, cfg: AutopilotConfig, best: int, rows_per_game: int, low: int, high: int
+    ) -> None:
+        self.cfg = cfg
+        self.best = best
+        self.rows_per_game = rows_per_game
+        self.low, self.high = low, high
+        self.batches = cfg.start_batches
+
+    def games(self) -> int:
+        """Games in flight per actor process for the current ``batches``."""
+        want = math.ceil(self.batches * self.best / self.rows_per_game - 1e-9)
+        return min(self.high, max(self.low, want))
+
+    def _ceiling(self) -> float:
+        """The ``batches`` at which ``games`` reaches ``high`` (raising past it changes nothing)."""
+        return self.high * self.rows_per_game / self.best
+
+    def _floor(self) -> float:
+        """One best batch, or ``start_batches`` when that began lower."""
+        return min(1.0, self.cfg.start_batches)
+
+    def set_best(self, best: int) -> None:
+        """The server's best batch as its status reply tells it (the config's guess before)."""
+        self.best = best
+        self.batches = min(self.batches, self._ceiling())
+
+    def decide(self, m: Measure) -> tuple[str, str]:
+        """``(action, reason)`` for one interval's measure: ``raise``, ``lower`` or ``hold``;
+        ``batches`` moves with it."""
+        c = self.cfg
+        full = m.batch >= c.full_batch * self.best
+        if m.busy < c.busy_low:
+            if self.games() >= self.high:
+                return "hold", f"server busy {m.busy:.1%} < {c.busy_low:.0%}, at the most games"
+            self.batches = min(self.batches + ADDITIVE_BATCHES, self._ceiling())
+            return "raise", f"server busy {m.busy:.1%} < {c.busy_low:.0%}: it waits for rows"
+        if m.busy >= c.busy_high and full:
+            if self.batches <= self._floor() or self.games() <= self.low:
+                where = "one best batch" if self.games() > self.low else "the fewest games"
+                return "hold", f"saturated with full batches, at {where} in flight"
+            self.batches = max(self._floor(), self.batches * c.decrease)
+            return "lower", (
+                f"server busy {m.busy:.1%} >= {c.busy_high:.0%} with full batches "
+                f"({m.batch:.1f} of {self.best}): rows beyond one batch only queue"
+            )
+        why = "batches not full" if m.busy >= c.busy_high else "busy within the band"
+        return "hold", f"server busy {m.busy:.1%}, {why}"
+
+
+class Autopilot:
+    """The controller's shell in ``azserve train``: feeds it the server's status replies,
+    writes each decision to the games file, the log and ``metrics.jsonl``."""
+
+    def __init__(self, cfg: Config, games_file: Path, metrics_path: Path) -> None:
+        ap = cfg.autopilot
+        self.cfg = ap
+        self.games_file = games_file
+        self.metrics_path = metrics_path
+        high = ap.max_games or cfg.actors.games
+        leaves = cfg.mcts.leaves_in_flight if cfg.mcts.algorithm == "puct" else 1
+        buckets = cfg.backend.torch.batch_buckets if cfg.backend.kind == "torch" else ()
+        self.controller = Controller(
+            ap,
+            best_batch(cfg.server.max_batch_size, buckets),
+            cfg.actors.processes * leaves,
+            min(ap.min_games, high),
+            high,
+        )
+        self._max_batch_size = cfg.server.max_batch_size
+        self._max_rows = cfg.client.max_rows
+        self._sims = cfg.mcts.num_simulations
+        self._processes = cfg.actors.processes
+        self.games = cfg.actors.games
+        """Games in flight per actor process: the configured count until the first decision."""
+        self.decisions = 0
+        self.last = ""
+        """The latest decision in words, for the status table."""
+        self._before: tuple[float, dict[str, Any]] | None = None
+        self._games_before: tuple[float, int] | None = None
+
+    def tick(self, now: float, status: dict[str, Any] | None, games_stored: int) -> str | None:
+        """One supervisor tick with the server's latest status reply (None: none this tick).
+        The first reply sizes the first games (``start``: the actors wait for it); then one
+        decision per ``interval_s`` of serving. Returns the action taken, if any."""
+        if status is None:
+            return None
+        if self._before is None:
+            self._before = (now, status)
+            self._games_before = (now, games_stored)
+            self._start(status)
+            return "start"
+        t0, before = self._before
+        if not int(before["batches"]):  # the interval starts with the first batch served
+            self._before = (now, status)
+            return None
+        if now - t0 < self.cfg.interval_s:
+            return None
+        self._before = (now, status)
+        m = measure(before, status, now - t0)
+        if m is None:  # no batch in the interval: no game in play
+            return None
+        action, reason = self.controller.decide(m)
+        self._record(action, reason, m, games_stored, now)
+        return action
+
+    def _start(self, status: dict[str, Any]) -> None:
+        """The best batch as the server reports its buckets and their timings, and the first
+        games in flight from it."""
+        backend = status.get("backend", {})
+        buckets = backend.get("buckets") or ()
+        self.controller.set_best(
+            best_batch(
+                int(status.get("max_batch_size", self._max_batch_size)),
+                buckets,
+                backend.get("bucket_ms") or (),
+                self.cfg.efficiency,
+            )
+        )
+        timed = ", ".join(f"{b}: {ms:g} ms" for b, ms in zip(buckets, backend.get("bucket_ms", ())))
+        self._record(
+            "start",
+            f"{self.controller.batches:g} x the best batch to begin with"
+            + (f"; the server's buckets take {timed}" if timed else ""),
+        )
+
+    def _record(
+        self,
+        action: str,
+        reason: str,
+        m: Measure | None = None,
+        games_stored: int = 0,
+        now: float | None = None,
+    ) -> None:
+        before, self.games = self.games, self.controller.games()
+        if self.games != before or action == "start":
+            self._write(self.games)
+        self.decisions += 1
+        games_per_s = self._games_rate(games_stored, now) if now is not None else None
+        # A move takes `simulations` rows of each game, and every game in flight shares rows/s.
+        move_s = (
+            self._sims * before * self._processes / m.rows_per_s if m and m.rows_per_s else None
+        )
+        row: dict[str, Any] = {
+            "action": action,
+            "reason": reason,
+            "games_before": before,
+            "games": self.games,
+            "processes": self._processes,
+            "batches": round(self.controller.batches, 3),
+            "best_batch": self.controller.best,
+            "games_stored": games_stored,
+            "games_per_s": games_per_s,
+            "move_s": move_s,
+            **({f"server_{k}": v for k, v in asdict(m).items()} if m else {}),
+        }
+        self.last = f"{self.games} games/process ({action}: {reason})"
+        text = (
+            f"autopilot: {action} games in flight {before} -> {self.games} per actor process "
+            f"({reason})"
+        )
+        if m is not None:
+            text += (
+                f"; server busy {m.busy:.1%} batch {m.batch:.1f}/{self.controller.best} "
+                f"rows/s {m.rows_per_s:,.0f} p50 {m.latency_p50_ms:.0f} ms, move ~{move_s:.2f} s, "
+                f"games stored {games_stored}"
+            )
+        log.log(logging.DEBUG if action == "hold" else logging.INFO, "%s", text)
+        try:
+            append_event(self.metrics_path, EVENT, row)
+        except OSError as exc:  # a full disk must not stop the run: the log has it
+            log.warning("autopilot: no metrics row (%s)", exc)
+
+    def _games_rate(self, games: int, now: float) -> float | None:
+        """Games stored per second since the previous decision."""
+        prev = self._games_before
+        self._games_before = (now, games)
+        if prev is None or now <= prev[0]:
+            return None
+        return round((games - prev[1]) / (now - prev[0]), 4)
+
+    def _write(self, games: int) -> None:
+        # Lanes of the best batch: a second lane in flight is a second full batch, where one
+        # lane of client.max_rows would make one batch padded up to the next bucket.
+        rows = min(self.controller.best, self._max_rows)
+        write_inflight(self.games_file, InFlight(games, rows))
