@@ -144,6 +144,31 @@ def test_a_timed_runs_final_evaluation_gets_half_the_run() -> None:
     assert final_eval_limit_s(60) == 1800.0
 
 
+def test_a_periodic_evaluation_stops_its_games_at_the_runs_end(tmp_path: Path) -> None:
+    """A run's periodic evaluation is given the time budget's end: its match games still going
+    then stop, so the run's stop waits for no evaluation of an older checkpoint (a 5-minute
+    shogi run's took many minutes after its stop, silently)."""
+    import json
+    import time
+    from dataclasses import replace
+
+    from azserve.config.schema import load_config, to_dict
+    from azserve.run.evaluations import RunEvaluations
+    from learner.checkpoint import save_checkpoint
+    from learner.trainer import Trainer
+
+    cfg = load_config(None, ["game=connect4", "net.blocks=1", "net.channels=8",
+                             "eval.match_games=4", "eval.match_sims=8"])  # fmt: skip
+    trainer = Trainer(cfg.net, replace(cfg.trainer, device="cpu"))
+    save_checkpoint(tmp_path / cfg.checkpoint.dir, 10, 1, trainer.state_dict(), to_dict(cfg))
+    notes: list[str] = []
+    evals = RunEvaluations(cfg, tmp_path, notes.append)
+    evals.start(deadline=time.monotonic())  # the budget is spent
+    evals.join()
+    row = json.loads((tmp_path / "eval.jsonl").read_text().splitlines()[-1])
+    assert row["step"] == 10 and row["vs_random"]["unfinished"] == 4
+
+
 def test_match_between_agents_and_strong_search_beats_random() -> None:
     result = match(ttt_agent(1), ttt_agent(2), games=4, sims=2, opening_plies=2)
     assert sum(result.values()) == 4

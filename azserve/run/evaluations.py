@@ -52,8 +52,9 @@ class RunEvaluations:
         self._tb_lock = threading.Lock()
 
     def join(self) -> None:
-        """Wait for the evaluation on its thread, if one runs."""
-        if self._thread is not None:
+        """Wait for the evaluation on its thread, if one runs (saying so)."""
+        if self._thread is not None and self._thread.is_alive():
+            self.note("waiting for the evaluation under way to finish...")
             self._thread.join()
 
     def close(self) -> None:
@@ -61,9 +62,10 @@ class RunEvaluations:
         if self._tb is not None:
             self._tb.close()
 
-    def start(self, full: bool = False) -> None:
+    def start(self, full: bool = False, deadline: float | None = None) -> None:
         """Score the newest checkpoint on a thread of its own, unless one is being scored or
-        it was scored already (``full``: with MCTS too)."""
+        it was scored already (``full``: with MCTS too); its match games still going at
+        ``deadline`` (``time.monotonic()``) stop."""
         if self._thread is not None and self._thread.is_alive():
             return
         found = list_checkpoints(self.run_dir / self.cfg.checkpoint.dir)
@@ -73,7 +75,7 @@ class RunEvaluations:
         previous = found[0][1] if len(found) > 1 else None
         self._evaluated.add(path)
         self._thread = threading.Thread(
-            target=self._evaluate, args=(path, previous, full), daemon=True
+            target=self._evaluate, args=(path, previous, full, deadline), daemon=True
         )
         self._thread.start()
 

@@ -397,7 +397,9 @@ class Training:
                 self._show()
             if t.eval_every_s and now - last_eval >= t.eval_every_s:
                 last_eval = now
-                self._evals.start()
+                # Its match games stop at the end of the time budget: the stop then waits for
+                # no evaluation of an older checkpoint (a shogi run's took minutes, silently).
+                self._evals.start(deadline=self.t0 + t.minutes * 60 if t.minutes else None)
             self._ladder.tick(now)
         return 0
 
