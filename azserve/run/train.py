@@ -309,7 +309,8 @@ class Training:
         )
         return (
             f"games: {finished} finished, {stored} stored in the run, "
-            f"{sum(abandoned.values())} abandoned {abandoned or ''}, {undelivered} not delivered, "
+            f"{sum(abandoned.values())} abandoned{f' {abandoned}' if abandoned else ''}, "
+            f"{undelivered} not delivered, "
             f"{last.get('duplicates_dropped', 0)} duplicates dropped; "
             f"restarts: {restarts or 'none'}"
         )
