@@ -343,6 +343,19 @@ def test_a_quit_waiting_behind_an_infinite_search_ends_it() -> None:
         assert dialect.engine.done  # and the quit, last, ended the session
 
 
+def test_a_stop_after_a_later_go_is_that_ones() -> None:
+    """A ``stop`` read during a search but after a later ``go`` ends the later search, not the
+    running one (which ends by its own limits): the later ``go infinite`` is not left without
+    its stop."""
+    for dialect in (Session(), Session(uci=True)):
+        out = dialect.run("go nodes 40", during=("go infinite", "isready", "stop"))
+        said = [x.split()[0] for x in out if not x.startswith("info")]
+        assert sorted(said) == ["bestmove", "bestmove", "readyok"], out
+        first = out.index(next(x for x in out if x.startswith("bestmove")))
+        info = [x for x in out[:first] if x.startswith("info depth")]
+        assert int(info[-1].split(" nodes ")[1].split()[0]) >= 40, out  # not stopped early
+
+
 def test_mate_scores_resigning_and_declaring() -> None:
     usi = Session()
     out = usi.run(f"position sfen {MATE_IN_ONE}", "go nodes 64")

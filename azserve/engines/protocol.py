@@ -204,6 +204,8 @@ class LineEngine:
         self._base = 0  # its simulations when they began to count
         self._sims = 0  # its simulations so far
         self._scan = 0  # how many lines of _after it has read
+        self._past_go = False  # whether those hold a later go: what follows is that one's
+        self._quit = False  # a quit has been read: every search still to run ends at once
 
     # --- what a dialect gives ------------------------------------------------------------
 
@@ -338,6 +340,7 @@ class LineEngine:
         start = time.monotonic()
         self._limits, self._clock, self._base, self._sims = limits, start, 0, 0
         self._scan = 0  # the lines of _after this search has read (_stopped)
+        self._past_go = False  # whether those lines hold a later go (_stopped)
         open_ended = limits.infinite or limits.ponder
         deadline = None
         if limits.movetime_ms is not None and not open_ended:
@@ -363,39 +366,50 @@ class LineEngine:
         return progress
 
     def _stopped(self) -> bool:
-        """Read the input that came after the running ``go``, up to a ``stop``: first the
-        lines already waiting (``_after``: read during an earlier search, in their order),
-        then what comes in. ``isready`` is answered, ``stop`` (or ``quit``) ends it,
-        ``ponderhit`` starts its limits' count, anything else waits for the search's end.
-        After a ponderhit, whether those limits are spent. (A ``quit`` read during one search
-        and waiting behind a ``go infinite`` once went unseen by that search: it hung.)"""
-        stop, i = False, self._scan
-        while True:
+        """Read the input that came after the running ``go``, in order: first the lines
+        already waiting (``_after``: read during an earlier search), then what comes in.
+        ``isready`` is answered at once; ``stop`` ends the search and ``ponderhit`` starts its
+        limits' count, unless a later ``go`` came before them (they are that one's); ``quit``,
+        wherever it came, ends this search and every one before it; anything else waits for
+        the search's end. After a ponderhit, whether the limits are spent. Each line is read
+        once per search, so a long backlog costs its length, not its square. (A ``quit``
+        waiting behind a ``go infinite`` in the backlog once went unseen: it searched for
+        ever.)"""
+        stop, i = self._quit, self._scan
+        while not stop:
             if i == len(self._after):
                 line = self.poll()
                 if line is None:
                     break
+                if line.split()[:1] == ["isready"]:
+                    self.emit("readyok")
+                    continue
                 self._after.append(line)
+                if line.split()[:1] == ["quit"]:
+                    self._quit = stop = True
+                    break
+            if self._past_go:  # what comes after a later go is for it, but isready and quit
+                i = len(self._after)
+                continue
             word = self._after[i].split()[0] if self._after[i].split() else ""
             if word == "isready":
                 self.emit("readyok")
-            elif word in ("stop", "quit"):
+            elif word == "stop":
                 stop = True
-                self._limits.infinite = self._limits.ponder = False
-                if word == "quit":
-                    i += 1  # kept: the session ends after this search
-                    break
+            elif word == "quit":
+                self._quit = stop = True
+                break  # kept: the session ends after the searches before it
             elif word == "ponderhit":
                 if self._limits.ponder:
                     self._limits.ponder = False
                     self._clock, self._base = time.monotonic(), self._sims
-            elif word:
+            else:
+                self._past_go = word == "go"  # (it was False to come here)
                 i += 1  # kept, for after the search
                 continue
-            if word != "quit":
-                del self._after[i]
-            if stop:
-                break  # what follows is for the next search (its own stop) or after it
+            del self._after[i]
+        if stop:
+            self._limits.infinite = self._limits.ponder = False
         self._scan = i
         if stop or self._limits.ponder or self._limits.infinite:
             return stop
