@@ -209,9 +209,57 @@ class LineEngine:
 
     # --- what a dialect gives ------------------------------------------------------------
 
+    position_word = ""
+    """What names a set-up position in ``position``: ``fen`` (UCI), ``sfen`` (USI)."""
+
     def position(self, args: list[str]) -> Any:
-        """The state ``position ARGS`` describes; ProtocolError (the old one kept) if bad."""
+        """The state ``position startpos|WORD TEXT... [moves M...]`` describes; ProtocolError
+        (the old state kept) if bad."""
+        word = self.position_word
+        if not args:
+            raise ProtocolError(f"position: expected startpos or {word}")
+        rest = args[1:]
+        if args[0] == "startpos":
+            s = self.loaded.game.initial_state()
+        elif args[0] == word:
+            text = rest[: rest.index("moves")] if "moves" in rest else rest
+            rest = rest[len(text) :]
+            try:
+                s = self.from_text(text)
+            except ValueError as e:
+                raise ProtocolError(str(e)) from None
+        else:
+            raise ProtocolError(f"position: {args[0]!r} is not startpos or {word}")
+        if rest and rest[0] != "moves":
+            raise ProtocolError(f"position: unexpected {rest[0]!r} (moves expected)")
+        for m in rest[1:]:
+            s = self.playable_quietly(s)
+            if s.over:
+                raise ProtocolError(
+                    f"position: move {m} comes after the game's end{self.why_over(s)}"
+                )
+            try:
+                s = self.apply_move(s, m)
+            except ValueError as e:
+                raise ProtocolError(f"position: {e}") from None
+        return s
+
+    def from_text(self, words: list[str]) -> Any:
+        """The state the position text ``words`` (after ``position WORD``) sets up;
+        ValueError if bad."""
         raise NotImplementedError
+
+    def apply_move(self, s: Any, text: str) -> Any:
+        """``s`` after the move ``text``; ValueError if it is not legal there."""
+        raise NotImplementedError
+
+    def why_over(self, s: Any) -> str:
+        """Why the game is over at ``s``, as `` (reason)``, or nothing."""
+        return ""
+
+    def playable_quietly(self, s: Any) -> Any:
+        """``playable`` without a word to the GUI (a move list played on past our end)."""
+        return s
 
     def parse_go(self, args: list[str], state: Any) -> Limits:
         """``go ARGS``' limits for the side to move at ``state``."""

@@ -97,37 +97,17 @@ class Engine(LineEngine):
 
     protocol = "uci"
     options = OPTIONS
+    position_word = "fen"
 
     @property
     def game(self) -> Chess:
         return cast(Chess, self.loaded.game)
 
-    def position(self, args: list[str]) -> ChessState:
-        if not args:
-            raise UciError("position: expected startpos or fen")
-        game = self.game
-        rest = args[1:]
-        if args[0] == "startpos":
-            s = game.initial_state()
-        elif args[0] == "fen":
-            fen = rest[: rest.index("moves")] if "moves" in rest else rest
-            rest = rest[len(fen) :]
-            try:
-                s = game.from_fen(" ".join(fen))
-            except ValueError as e:
-                raise UciError(str(e)) from None
-        else:
-            raise UciError(f"position: {args[0]!r} is not startpos or fen")
-        if rest and rest[0] != "moves":
-            raise UciError(f"position: unexpected {rest[0]!r} (moves expected)")
-        for m in rest[1:]:
-            if s.over:
-                raise UciError(f"position: move {m} comes after the game's end")
-            try:
-                s = game.apply(s, game.parse_uci(s, m))
-            except ValueError as e:
-                raise UciError(f"position: {e}") from None
-        return s
+    def from_text(self, words: list[str]) -> ChessState:
+        return self.game.from_fen(" ".join(words))
+
+    def apply_move(self, s: ChessState, text: str) -> ChessState:
+        return self.game.apply(s, self.game.parse_uci(s, text))
 
     def parse_go(self, args: list[str], state: ChessState) -> Limits:
         white = self.game.to_play(state) == 0

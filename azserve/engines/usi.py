@@ -109,45 +109,25 @@ class UsiEngine(LineEngine):
 
     protocol = "usi"
     options = OPTIONS
+    position_word = "sfen"
     quiet_options = QUIET_OPTIONS
 
     @property
     def game(self) -> Shogi:
         return cast(Shogi, self.loaded.game)
 
-    def position(self, args: list[str]) -> ShogiState:
-        if not args:
-            raise ProtocolError("position: expected startpos or sfen")
-        game = self.game
-        rest = args[1:]
-        if args[0] == "startpos":
-            s = game.initial_state()
-        elif args[0] == "sfen":
-            sfen = rest[: rest.index("moves")] if "moves" in rest else rest
-            rest = rest[len(sfen) :]
-            if len(sfen) == 4 and sfen[3].isdigit() and int(sfen[3]) > game.max_plies:
-                sfen = [*sfen[:3], "1"]  # past our ply cap: counted afresh, as below
-            try:
-                s = game.from_position(" ".join(sfen))
-            except ValueError as e:
-                raise ProtocolError(str(e)) from None
-        else:
-            raise ProtocolError(f"position: {args[0]!r} is not startpos or sfen")
-        if rest and rest[0] != "moves":
-            raise ProtocolError(f"position: unexpected {rest[0]!r} (moves expected)")
-        for m in rest[1:]:
-            s = self._on(s)
-            if s.over:
-                raise ProtocolError(
-                    f"position: move {m} comes after the game's end ({game.end_reason(s)})"
-                )
-            try:
-                s = game.apply(s, game.parse_move_at(s, m))
-            except ValueError as e:
-                raise ProtocolError(f"position: {e}") from None
-        return s
+    def from_text(self, words: list[str]) -> ShogiState:
+        if len(words) == 4 and words[3].isdigit() and int(words[3]) > self.game.max_plies:
+            words = [*words[:3], "1"]  # past our ply cap: counted afresh, as playable_quietly
+        return self.game.from_position(" ".join(words))
 
-    def _on(self, s: ShogiState) -> ShogiState:
+    def apply_move(self, s: ShogiState, text: str) -> ShogiState:
+        return self.game.apply(s, self.game.parse_move_at(s, text))
+
+    def why_over(self, s: ShogiState) -> str:
+        return f" ({self.game.end_reason(s)})"
+
+    def playable_quietly(self, s: ShogiState) -> ShogiState:
         """``s``, or where our rules ended the game but a GUI may play on, the same position
         read afresh from its SFEN (move 1: our ply cap counts again, the repetitions start
         over)."""
@@ -157,7 +137,7 @@ class UsiEngine(LineEngine):
         return self.game.from_sfen(f"{board} {side} {hand} 1")
 
     def playable(self, s: ShogiState) -> ShogiState:
-        again = self._on(s)
+        again = self.playable_quietly(s)
         if again is not s:
             self.emit(
                 f"info string our rules end the game here ({self.game.end_reason(s)}); "
