@@ -125,7 +125,7 @@ resources = {{west = 0.01}}
     run_dir = tmp_path / "run"
     argv = [
         sys.executable, "-m", "azserve.cli.main", "launch", "--cluster", str(cluster),
-        "--config", str(TTT), "--run-dir", str(run_dir), "--minutes", "1", "--no-progress",
+        "--config", str(TTT), "--run-dir", str(run_dir), "--minutes", "0.6", "--no-progress",
         "--set", "train.eval_every_s=0", "--set", "eval.match_games=2", "--set", "eval.sims=4",
         "--set", "train.status_interval_s=2",
     ]  # fmt: skip

@@ -34,6 +34,7 @@ COMPILER = (sysconfig.get_config_var("CC") or "cc").split()[0]
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.xdist_group("nim"),  # the module fixture builds a core: once, on one worker
     pytest.mark.timeout(600),
     pytest.mark.skipif(compiled.core is None, reason="actors._mcts_core was not built"),
     pytest.mark.skipif(shutil.which(COMPILER) is None, reason=f"no C compiler ({COMPILER})"),

@@ -27,7 +27,9 @@ import pytest
 
 from tests.conftest import free_tcp_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # real trainings: 1-2 min
+# One worker runs every block (--dist loadgroup): a block runs the ones before it first, so a
+# block on the other worker ran make train and the Connect Four block again (56 s, not 10).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.xdist_group("readme")]
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```\s*$", re.M | re.S)

@@ -347,7 +347,7 @@ def test_a_run_keeps_its_ladder_as_it_trains(tmp_path: Path) -> None:
 
     run = tmp_path / "run"
     sets = ["ladder.games=4", "ladder.share=1.0", "ladder.sims=2", "checkpoint.keep_every=20"]
-    argv = [*quick_train_argv("tictactoe", run, *sets), "--minutes", "1"]
+    argv = [*quick_train_argv("tictactoe", run, *sets), "--minutes", "0.7"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=360)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())

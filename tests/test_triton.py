@@ -39,7 +39,7 @@ from azserve.model.weights import state_dict_to_bytes
 from tests.conftest import MakeClient, MakeServer
 from tests.conftest import positions as server_positions
 
-pytestmark = pytest.mark.triton
+pytestmark = [pytest.mark.triton, pytest.mark.xdist_group("triton")]  # one server per module
 
 NET = NetConfig(blocks=2, channels=16)
 ATOL = 1e-5
