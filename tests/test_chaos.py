@@ -119,13 +119,13 @@ def test_strikes_are_drawn_from_the_seed() -> None:
 @pytest.mark.faults
 @pytest.mark.cluster
 @pytest.mark.timeout(480)
-def test_chaos_for_a_minute_loses_nothing(tmp_path: Path) -> None:
+def test_chaos_for_a_minute_and_a_quarter_loses_nothing(tmp_path: Path) -> None:
     if unavailable():
         pytest.skip(unavailable() or "")
     out = tmp_path / "chaos.json"
     argv = [
         sys.executable, "-m", "azserve.cli.main", "bench", "chaos", "--config", "tictactoe",
-        "--minutes", "1", "--interval", "5,10", "--quiet-s", "15", "--seed", "11",
+        "--minutes", "1.25", "--interval", "3,6", "--quiet-s", "10", "--seed", "11",
         "--games", "16", "--net-s", "2,6",
         "--work-dir", str(tmp_path / "fleet"), "--json", str(out),
     ]  # fmt: skip
@@ -149,14 +149,20 @@ def test_chaos_for_a_minute_loses_nothing(tmp_path: Path) -> None:
     lines = (tmp_path / "fleet" / "chaos.jsonl").read_text().splitlines()
     strikes = [json.loads(line) for line in lines]
     assert len(strikes) == r["strikes"] and all(s["recovered_s"] is not None for s in strikes)
-    # the network's own faults among them, each healed: seed 11 deals them first (a 64 kbit/s
-    # link on s1, then s0 cut off outbound from every host), so two strikes are enough
+    # the network's own faults among them, each healed: seed 11 deals them first (a delay on
+    # s1's link, then a partition), so two strikes are enough
     faults = {s["kind"]: s["fault"] for s in strikes if s["fault"]}
     assert {"partition", "link"} <= set(faults), [s["kind"] for s in strikes]
     assert faults["partition"].startswith("partition ") and faults["link"].split()[0] in (
         "loss",
         "rate",
+        "delay",
     )
+    # every host's delay forwarder ran from the start (``link`` is among the kinds) and carried
+    # the fleet's connections
+    forwarded = [p.read_text() for p in (tmp_path / "fleet" / "links").glob("slowlink-*.log")]
+    assert len(forwarded) == 5 and all("forwarding on 127.0.0.1:" in t for t in forwarded)
+    assert sum("slowlink: connection " in t for t in forwarded) >= 3  # the learner, east, west
 
 
 def test_each_network_fault_loads_in_a_namespace_and_heals() -> None:

@@ -20,9 +20,12 @@ process of it, and a kind:
   a veth taken down is refused at once, which a partition is not), for a time drawn from
   ``--net-s``;
 - ``link``: the role's host behind a bad link for a time drawn from ``--net-s``: packet loss
-  of 1 to 20% each way (nftables ``numgen random``), or its sending rate held to 64-1,024
-  kbit/s with a deep queue (``tc`` ``tbf``, 500 ms of latency allowed). Delay with jitter is
-  not made: this kernel has no ``netem``.
+  of 1 to 20% each way (nftables ``numgen random``), its sending rate held to 64-1,024 kbit/s
+  with a deep queue (``tc`` ``tbf``, 500 ms of latency allowed), or a delay of 50-500 ms with
+  up to half as much again of jitter each way. This kernel has no ``netem``: the delay is made
+  by a forwarder on every host that the host's TCP connections to the LAN pass through (an
+  nftables redirect; ``azserve.perf.slowlink``), each chunk held as long as the strike says,
+  in order; it runs from the start whenever ``link`` is among the kinds.
 
 The kinds come from ``--kinds`` (all by default; ``kill,stop,host`` replays the runs made before
 the network strikes), dealt in seeded rounds so that every kind is drawn once a round.
@@ -90,6 +93,7 @@ from azserve.perf.chaos_fleet import (
     role_of,
     role_pids,
     size,
+    start_links,
     working,
 )
 from azserve.perf.netfaults import (
@@ -100,6 +104,7 @@ from azserve.perf.netfaults import (
     set_fault,
 )
 from azserve.perf.netns import NetnsHost, NetnsLan, destroy_lan, make_lan, unavailable
+from azserve.perf.slowlink import write_delays
 
 KINDS = ("kill", "stop", "host", "partition", "link")
 NETWORK_KINDS = ("partition", "link")
@@ -153,6 +158,10 @@ class Injector:
         self.strikes: list[Strike] = []
         self.net_on = False
         """Whether a network strike is on now (the memory watch's samples say so)."""
+        self.delays: Path | None = None
+        """The delay forwarders' control file, when they run (``chaos_fleet.start_links``)."""
+        self.spared: set[int] = set()
+        """Pids a host strike leaves alone: the forwarders, which stand for the kernel."""
 
     def pick(self) -> tuple[str, str]:
         if not self._deck:  # a new round: every kind once, in a seeded order
@@ -178,7 +187,11 @@ class Injector:
         log = log_path(self.run_dir, self.lan, target)
         if kind in NETWORK_KINDS:
             return self._network_strike(t0, kind, target, host, log, alive)
-        pids = host.pids() if kind == "host" else role_pids(host, target)
+        pids = (
+            [p for p in host.pids() if p not in self.spared]
+            if kind == "host"
+            else role_pids(host, target)
+        )
         if not pids or not role_pids(host, target):
             return None
         offset = size(log)
@@ -214,20 +227,33 @@ class Injector:
             fault = f"partition {way} from {peer.name if peer else 'all'}"
             apply = partition_rules(way, peer.address if peer else None)
         else:
-            if self.rng.random() < 0.5:
+            draw = self.rng.random() * (3 if self.delays else 2)
+            if draw < 1:
                 pct = self.rng.randint(1, 20)
                 fault, apply = f"loss {pct}%", loss_rules(pct)
-            else:
+            elif draw < 2:
                 kbit = self.rng.choice((64, 128, 256, 512, 1024))
                 fault, apply = f"rate {kbit} kbit/s", f"tbf {kbit}"
+            else:
+                ms = self.rng.randint(50, 500)
+                jitter = self.rng.randint(0, ms // 2)
+                fault, apply = f"delay {ms} ms jitter {jitter} ms", ""
         s = Strike(len(self.strikes) + 1, round(time.monotonic() - t0, 1), kind, role_of(target),
                    target, host.name, [], fault=fault, fault_s=seconds)  # fmt: skip
-        set_fault(host, apply)
+        if apply:
+            set_fault(host, apply)
+        else:
+            assert self.delays is not None
+            write_delays(self.delays, {host.address: (float(ms), float(jitter))})
         self.net_on = True
         try:
             time.sleep(seconds)
         finally:
-            clear_fault(host)
+            if apply:
+                clear_fault(host)
+            else:
+                assert self.delays is not None
+                write_delays(self.delays, {})
             self.net_on = False
         return self._recovered(s, target, log, size(log), alive)
 
@@ -315,7 +341,12 @@ def main(args: Any) -> dict[str, Any]:
     memory = chaos_watch.MemoryWatch(
         list(HOST_OF), lambda t: role_pids(lan[HOST_OF[t]], t), lambda: injector.net_on
     )
+    links: list[subprocess.Popen[bytes]] = []
     try:
+        if "link" in kinds:
+            injector.delays = work / "delays.json"
+            links = start_links(lan, injector.delays, work / "links")
+            injector.spared = {p.pid for p in links}
         make_keys(lan, work / "keys")
         cluster = work / "cluster.toml"
         cluster.write_text(cluster_text(lan, work / "keys", os.getcwd(), args.games))
@@ -353,7 +384,9 @@ def main(args: Any) -> dict[str, Any]:
         memory.stop()
         if launcher is not None and launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
-        destroy_lan(lan)
+        destroy_lan(lan)  # the forwarders too
+        for p in links:
+            p.wait()
     strikes = injector.strikes
     recoveries = [s.recovered_s for s in strikes]
     heals = [s.t_s + s.fault_s for s in strikes if s.fault_s is not None]

@@ -6,10 +6,14 @@ at work. Shared by the injector (``azserve.perf.chaos``) and the books
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
+import time
 from pathlib import Path
 
+from azserve.errors import AzserveError
 from azserve.perf.netns import NetnsHost, NetnsLan
+from azserve.perf.slowlink import redirect_rules, write_delays
 from azserve.run.actor_lives import STATUS
 
 ROLES = ("server", "learner", "actors")
@@ -17,6 +21,9 @@ SERVERS = ("s0", "s1")
 GROUPS = {"east": "s0", "west": "s1"}
 HOST_OF = {"learner": 0, "s0": 1, "s1": 2, "east": 3, "west": 4}
 """LAN index of each target's host."""
+
+LINK_PORT = 39999
+"""Each host's delay forwarder listens on its own loopback at this port."""
 
 LIVE = re.compile(r"version (\d+) live")
 PUBLISHED = re.compile(r"published v(\d+)")
@@ -103,3 +110,34 @@ def working(target: str, text: str) -> bool:
 
 def role_of(target: str) -> str:
     return "server" if target in SERVERS else "actors" if target in GROUPS else "learner"
+
+
+def start_links(lan: NetnsLan, control: Path, log_dir: Path) -> list[subprocess.Popen[bytes]]:
+    """Every host's delay forwarder (``azserve.perf.slowlink``), then the nftables redirect
+    that sends the host's TCP connections to the LAN through it; the delays start at none.
+    The forwarders stand for the hosts' kernels: a host strike spares them."""
+    write_delays(control, {})
+    log_dir.mkdir(parents=True, exist_ok=True)
+    procs, logs = [], []
+    for host in lan:
+        log = log_dir / f"slowlink-{host.name}.log"
+        with log.open("wb") as out:
+            procs.append(host.popen(
+                [sys.executable, "-m", "azserve.perf.slowlink", "--own", host.address,
+                 "--port", str(LINK_PORT), "--control", str(control)],
+                stdout=out, stderr=subprocess.STDOUT,
+            ))  # fmt: skip
+        logs.append(log)
+    deadline = time.monotonic() + 60
+    for host, proc, log in zip(lan, procs, logs, strict=True):
+        while b"forwarding on" not in log.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AzserveError(
+                    f"chaos: the delay forwarder on {host.name} did not start: "
+                    f"{log.read_text(errors='replace')[-500:]}"
+                )
+            time.sleep(0.05)
+        r = host.run(["nft", "-f", "-"], input=redirect_rules(lan.subnet, host.address, LINK_PORT))
+        if r.returncode != 0:
+            raise AzserveError(f"chaos: no redirect on {host.name}: {r.stderr.strip()}")
+    return procs
