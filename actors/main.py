@@ -134,6 +134,11 @@ async def run_actors(
         "cache": selfplay.cache.stats.as_dict() if selfplay.cache is not None else None,
         # Evaluation messages, and those sent sparse (client.sparse_policy).
         "evals": {"messages": client.stats.messages, "sparse": client.stats.sparse_messages},
+        # The longest an evaluation waited for its reply, and a move for its game's version.
+        "longest_wait_s": {
+            "eval": round(client.stats.longest_wait_s, 3),
+            "version": round(stats.longest_version_wait_s, 3),
+        },
     }
     log.info("%s %s", SUMMARY_TAG, json.dumps(summary))
     return stats

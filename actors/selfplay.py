@@ -67,6 +67,9 @@ class SelfPlayStats:
     """Games given up, by reason (``version_lost``, ``timeout``, a server error type)."""
     version_waits: int = 0
     """Searches that waited for their game's version to be restored."""
+    longest_version_wait_s: float = 0.0
+    """The longest a move waited for its version (until it was served again or its game was
+    given up): at most ``actors.version_wait_s``."""
     unrecorded_games: int = 0
     """Finished games with no recorded position (none had the full search), not sent."""
 
@@ -181,6 +184,9 @@ async def search_on_version(
     deadline = None
     while True:
         try:
+            if deadline is not None:  # this attempt came after a wait: how long it was
+                waited = time.monotonic() - (deadline - wait_s)
+                stats.longest_version_wait_s = max(stats.longest_version_wait_s, waited)
             return mcts, await leaves.search(mcts, state, add_noise, num_simulations)
         except VersionRetired as exc:  # gone for good: no restore will come
             raise GameAbandoned("version_retired", str(exc)) from None
@@ -188,6 +194,8 @@ async def search_on_version(
             now = time.monotonic()
             deadline = deadline if deadline is not None else now + wait_s
             if now >= deadline:
+                waited = now - (deadline - wait_s)
+                stats.longest_version_wait_s = max(stats.longest_version_wait_s, waited)
                 raise GameAbandoned("version_lost", str(exc)) from None
             stats.version_waits += 1
             await asyncio.sleep(min(0.5, max(0.0, deadline - now)))
@@ -553,7 +561,7 @@ class SelfPlay:
                 "loop lag %.1f ms  moves/s %.1f  games %d  positions recorded/moves played %d/%d  "
                 "latest v%d  W/D/L %d/%d/%d  resigned %d  false resign %d/%d  adjudicated %d  "
                 "trajectories sent %d acked %d resent %d pending %d  abandoned %s  %s  "
-                "trees %d nodes %.1f MB",
+                "trees %d nodes %.1f MB  longest wait %.1f s eval %.1f s version",
                 rates.rate("games", s.games, now),
                 rates.rate("positions", s.positions, now),
                 rates.rate("simulations", s.simulations, now),
@@ -579,6 +587,8 @@ class SelfPlay:
                 s.abandoned or "0",
                 self.cache.stats.line() if self.cache is not None else "cache off",
                 *_trees(),
+                self.client.stats.longest_wait_s,
+                s.longest_version_wait_s,
             )
 
 

@@ -101,6 +101,9 @@ class ClientStats:
     sparse_messages: int = 0
     """Evaluations sent sparse (legal actions in, float16 logits back)."""
     rtt_ms: list[float] = field(default_factory=list)
+    longest_wait_s: float = 0.0
+    """The longest any request waited, from its first send to its reply, its error or its
+    timeout (resends included): at most ``request_timeout_s`` and a heartbeat."""
 
 
 class EvalClient:
@@ -407,7 +410,9 @@ class EvalClient:
             if inf is None:
                 return  # a late duplicate of a request already answered
             self.stats.replies += 1
-            self.stats.rtt_ms.append((time.monotonic() - inf.sent_at) * 1e3)
+            now = time.monotonic()
+            self.stats.rtt_ms.append((now - inf.sent_at) * 1e3)
+            self._waited(now - inf.first_sent)
             if len(self.stats.rtt_ms) > 4096:
                 del self.stats.rtt_ms[:2048]
             logits, value = arrays
@@ -441,6 +446,7 @@ class EvalClient:
             err = remote_error(msg.type, msg.message)
             inf = self._inflight.pop(rid, None) if rid is not None else None
             if inf is not None:
+                self._waited(time.monotonic() - inf.first_sent)
                 for fut, _, _ in inf.futures:
                     _fail(fut, err)
             elif rid is not None and rid in self._control:
@@ -547,11 +553,16 @@ class EvalClient:
         for rid, inf in list(self._inflight.items()):
             if now - inf.first_sent >= self.cfg.request_timeout_s:
                 del self._inflight[rid]
+                self._waited(now - inf.first_sent)
                 err = RequestTimeout(
                     f"no reply from {self.cfg.server} in {self.cfg.request_timeout_s:g} s after {inf.attempts} attempt(s)"
                 )
                 for fut, _, _ in inf.futures:
                     _fail(fut, err)
+
+    def _waited(self, seconds: float) -> None:
+        if seconds > self.stats.longest_wait_s:
+            self.stats.longest_wait_s = seconds
 
     def _resend_all(self, now: float) -> None:
         """Send again every request still waiting (the link or the server may have lost it)."""

@@ -79,6 +79,8 @@ async def test_games_wait_for_a_lost_version_to_be_restored(
         await wait_for(lambda: sum(t.version == 0 for t, *_ in sink.items) >= 8, 60)
         assert sp.stats.abandoned == {}
         assert not run.done()
+        # the longest wait for the version is measured, and within version_wait_s
+        assert 0 < sp.stats.longest_version_wait_s <= 30.0
     finally:
         stop.set()
         await asyncio.wait_for(run, 30)
@@ -102,6 +104,8 @@ async def test_a_game_whose_version_never_returns_is_abandoned_and_counted(
         # The six games in flight, and those begun on v0 after them, are given up.
         await wait_for(lambda: sp.stats.abandoned.get("version_lost", 0) >= 6, 30)
         assert set(sp.stats.abandoned) == {"version_lost"}, sp.stats.abandoned
+        # each waited its version_wait_s out, and not much longer (the loop's lag)
+        assert 0.5 <= sp.stats.longest_version_wait_s < 0.5 + 5.0
         await ctl.load_weights(1, weights_blob(seed=1))
         # The process goes on: new games on the latest version finish and are stored.
         await wait_for(lambda: any(t.version == 1 for t, *_ in sink.items), 60)

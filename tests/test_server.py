@@ -458,6 +458,8 @@ async def test_request_fails_clearly_when_no_server_comes_back(
     with pytest.raises(RequestTimeout, match="no reply from ipc://.* after 1 attempt"):
         await asyncio.wait_for(client.evaluate(positions(1)[0]), 10)
     assert client.stats.resent == 0  # nothing answers: resending into the void does not help
+    # the request's wait, measured to its timeout: request_timeout_s, give or take a heartbeat
+    assert 0.5 <= client.stats.longest_wait_s < 0.5 + 5.0
 
 
 async def test_a_long_queue_is_waited_for_not_resent(
@@ -473,6 +475,7 @@ async def test_a_long_queue_is_waited_for_not_resent(
     backend.gate.set()
     await asyncio.wait_for(asyncio.gather(*futs), 10)
     assert client.stats.resent == 0 and server.status()["rows"] == 3  # each row computed once
+    assert client.stats.longest_wait_s >= 1.0  # they waited the second the batches were held
 
 
 async def test_retirement_spares_versions_in_use(

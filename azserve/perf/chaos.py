@@ -56,7 +56,10 @@ summary; a killed life's figures are those of its last status line):
   whether it is sane (its score against random at least ``--min-score``);
 - ``memory_peak_mb`` per role (and while a network strike was on) against ``--memory-mb``,
   and ``throughput``: games stored back to 80% of the run's median rate within
-  ``--throughput-s`` of each network strike's heal (``azserve.perf.chaos_watch``).
+  ``--throughput-s`` of each network strike's heal (``azserve.perf.chaos_watch``);
+- ``longest_wait_s`` per actor group against ``longest_wait_bound_s``: no evaluation waited
+  longer than ``client.request_timeout_s`` and no move longer than ``actors.version_wait_s``
+  for its version (``chaos_books.wait_bounds`` says the slack).
 
 The fleet's layout is ``azserve.perf.chaos_fleet``, the books ``azserve.perf.chaos_books``.
 
@@ -80,7 +83,7 @@ from typing import Any
 
 from azserve.errors import AzserveError
 from azserve.perf import chaos_watch
-from azserve.perf.chaos_books import account, final_eval, score
+from azserve.perf.chaos_books import account, final_eval, score, wait_bounds
 from azserve.perf.chaos_fleet import (
     GROUPS,
     HOST_OF,
@@ -398,6 +401,12 @@ def main(args: Any) -> dict[str, Any]:
     for s in strikes:
         by_role = kills.setdefault(s.kind, {})
         by_role[s.role] = by_role.get(s.role, 0) + 1
+    stopped: dict[str, float] = {}
+    for s in strikes:
+        if s.kind == "stop" and s.stop_s:
+            stopped[s.target] = max(stopped.get(s.target, 0.0), s.stop_s)
+    bounds = wait_bounds(run_dir, stopped)
+    waits = books["longest_wait_s"]
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     verdicts = {
@@ -412,6 +421,9 @@ def main(args: Any) -> dict[str, Any]:
         "final_eval_sane": eval_score is not None and eval_score >= args.min_score,
         "memory_bounded": max(memory.peak_mb.values()) <= args.memory_mb,
         "throughput_recovered": flow["ok"],
+        "waits_bounded": all(
+            waits[g][k] <= bounds[g][k] for g in waits for k in ("eval", "version")
+        ),
         "struck": bool(strikes),
     }
     verdicts["ok"] = all(verdicts.values())
@@ -434,6 +446,7 @@ def main(args: Any) -> dict[str, Any]:
         "memory_peak_in_strike_mb": {t: round(mb) for t, mb in memory.peak_in_strike_mb.items()},
         "memory_bound_mb": args.memory_mb,
         "throughput": flow,
+        "longest_wait_bound_s": bounds,
         "launcher_summary": summary,
         "final_eval": {
             "step": (evaluation or {}).get("step"),

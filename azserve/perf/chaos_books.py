@@ -71,11 +71,10 @@ def _rising(xs: list[int]) -> bool:
 def account(run_dir: Path, lan: NetnsLan, journal: Path) -> dict[str, Any]:
     """The run's books: see the module docstring."""
     stored_by_actor, duplicates = journal_games(journal)
-    lives = [
-        life
-        for g in GROUPS
-        for life in actor_lives(read_from(log_path(run_dir, lan, g), 0).splitlines())
-    ]
+    by_group = {
+        g: actor_lives(read_from(log_path(run_dir, lan, g), 0).splitlines()) for g in GROUPS
+    }
+    lives = [life for g in GROUPS for life in by_group[g]]
     abandoned: dict[str, int] = {}
 
     def add(reason: str, n: int) -> None:
@@ -121,6 +120,40 @@ def account(run_dir: Path, lan: NetnsLan, journal: Path) -> dict[str, Any]:
         "server_restores": restores,
         "versions_monotonic": all(monotonic.values()),
         "versions_detail": monotonic,
+        "longest_wait_s": {
+            g: {
+                "eval": max((life.eval_wait_s for life in ls), default=0.0),
+                "version": max((life.version_wait_s for life in ls), default=0.0),
+            }
+            for g, ls in by_group.items()
+        },
+    }
+
+
+WAIT_SLACK_S = 2.0
+"""What a wait may exceed its timeout by: the heartbeat that expires it, and the event loop's
+lag on a loaded machine."""
+
+
+def wait_bounds(run_dir: Path, stopped_s: dict[str, float]) -> dict[str, dict[str, float]]:
+    """How long an actor group's games may wait, by the run's config: an evaluation
+    ``client.request_timeout_s`` (then its game is given up), a move for its version
+    ``actors.version_wait_s``, each with ``WAIT_SLACK_S`` and the heartbeat, plus the longest
+    ``SIGSTOP`` of the group itself (``stopped_s``: its clock ran while it could not look)."""
+    from actors.config import ActorsConfig
+    from azserve.client import ClientConfig
+    from azserve.config.schema import load_config
+
+    path = run_dir / "config.toml"  # none: the launch failed first (a verdict of its own)
+    client, actors = (
+        (c.client, c.actors) if path.exists() and (c := load_config(path)) else
+        (ClientConfig(), ActorsConfig())
+    )  # fmt: skip
+    eval_s = client.request_timeout_s + client.heartbeat_s + WAIT_SLACK_S
+    version_s = actors.version_wait_s + WAIT_SLACK_S
+    return {
+        g: {"eval": eval_s + stopped_s.get(g, 0.0), "version": version_s + stopped_s.get(g, 0.0)}
+        for g in GROUPS
     }
 
 

@@ -17,6 +17,8 @@ STATUS = re.compile(
     r"games/s ([0-9.]+) .* games (\d+) .* latest v(\d+) .* acked (\d+) resent \d+ pending (\d+)"
 )
 """An actor status line (``actors.selfplay``): games/s, games, latest version, acked, pending."""
+WAITS = re.compile(r"longest wait ([0-9.]+) s eval ([0-9.]+) s version")
+"""The status line's tail: the longest an evaluation and a move's version were waited for."""
 
 KILLED_IN_PLAY = "process died in play"
 """The abandon reason of a dead life's game coroutines: each was mid-game."""
@@ -38,6 +40,10 @@ class Life:
     """It wrote its summary (stopped, not killed)."""
     abandoned: dict[str, int] = field(default_factory=dict)
     latest: list[int] = field(default_factory=list)
+    eval_wait_s: float = 0.0
+    """The longest an evaluation waited for its reply (its summary, or its last status)."""
+    version_wait_s: float = 0.0
+    """The longest a move waited for its game's version."""
 
 
 def actor_lives(lines: Iterable[str]) -> list[Life]:
@@ -58,10 +64,15 @@ def actor_lives(lines: Iterable[str]) -> list[Life]:
             life.undelivered = int(s.get("undelivered", 0))
             life.abandoned = dict(s["abandoned"])
             life.pending = max(0, s["sent"] - s["acked"])
+            waits = s.get("longest_wait_s") or {}
+            life.eval_wait_s = float(waits.get("eval", life.eval_wait_s))
+            life.version_wait_s = float(waits.get("version", life.version_wait_s))
         elif lives and (m := STATUS.search(line)):
             life = lives[-1]
             life.finished, life.acked, life.pending = int(m[2]), int(m[4]), int(m[5])
             life.latest.append(int(m[3]))
+            if w := WAITS.search(line):
+                life.eval_wait_s, life.version_wait_s = float(w[1]), float(w[2])
     return lives
 
 
