@@ -169,6 +169,31 @@ def test_a_periodic_evaluation_stops_its_games_at_the_runs_end(tmp_path: Path) -
     assert row["step"] == 10 and row["vs_random"]["unfinished"] == 4
 
 
+def test_a_periodic_evaluation_ends_by_the_next_and_runs_below_training() -> None:
+    """Its games stop at the next evaluation's time (a minute at least) or the budget's end,
+    whichever comes first; its thread runs ``NICE`` below the process (the cores training
+    leaves free: a shogi run's evaluation took a core of two from its server)."""
+    import os
+    import threading
+
+    from azserve.run.evaluations import EVAL_MIN_SLOT_S, NICE, _lower_priority, periodic_deadline
+
+    assert periodic_deadline(100.0, 0.0, 300.0, 0) == 400.0  # no budget: the next one's time
+    assert periodic_deadline(100.0, 0.0, 10.0, 0) == 100.0 + EVAL_MIN_SLOT_S
+    assert periodic_deadline(100.0, 0.0, 300.0, 5) == 300.0  # the budget ends first
+    seen: list[int] = []
+
+    def probe() -> None:
+        _lower_priority()
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    base = os.getpriority(os.PRIO_PROCESS, 0)  # this thread kept its own
+    assert seen == [min(19, base + NICE)] and (base == 19 or base < seen[0])
+
+
 def test_match_between_agents_and_strong_search_beats_random() -> None:
     result = match(ttt_agent(1), ttt_agent(2), games=4, sims=2, opening_plies=2)
     assert sum(result.values()) == 4

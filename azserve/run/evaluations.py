@@ -1,12 +1,15 @@
 """A training run's evaluations: the newest checkpoint scored on a background thread while the
-run goes on (raw policy, every ``train.eval_every_s``), the last one scored fully at the end
-(its games bounded in time), each into ``eval.jsonl``, TensorBoard's ``eval/`` scalars and one
-line in words."""
+run goes on (every ``train.eval_every_s``: the raw policy's benchmarks and ``eval.match_games``
+against random and the previous checkpoint at ``eval.match_sims``, the games stopping at the
+next evaluation's time), the last one scored fully at the end (its games bounded in time), each
+into ``eval.jsonl``, TensorBoard's ``eval/`` scalars and one line in words. The thread runs
+``NICE`` below training."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +25,33 @@ log = logging.getLogger("azserve.run.train")
 
 FINAL_EVAL_MIN_S = 60.0
 """The least time a timed run's final evaluation games get (``final_eval_limit_s``)."""
+EVAL_MIN_SLOT_S = 60.0
+"""The least time a periodic evaluation's games get before they stop (their slot is
+``train.eval_every_s``, the time to the next evaluation)."""
+NICE = 10
+"""How much lower the evaluation thread runs than training (Linux keeps a nice value per
+thread; the backend's threads it starts inherit it): it takes the cores training leaves free.
+A shogi run's evaluation at the same priority took a core of two from its server."""
+
+
+def periodic_deadline(now: float, t0: float, every_s: float, minutes: float) -> float:
+    """When a periodic evaluation started at ``now`` stops its games (``time.monotonic()``):
+    at the next evaluation's time (``every_s``, at least ``EVAL_MIN_SLOT_S``), so that one never
+    runs into the next (a shogi run's, 2 x 20 games at 32 simulations, took over half an hour
+    at 2 cores), and at the end of a time budget of ``minutes`` (run from ``t0``), so that the
+    run's stop waits for no evaluation of an older checkpoint."""
+    until = now + max(every_s, EVAL_MIN_SLOT_S)
+    return min(until, t0 + minutes * 60) if minutes else until
+
+
+def _lower_priority() -> None:
+    """Put the calling thread ``NICE`` below its process (where the platform allows)."""
+    try:
+        os.setpriority(
+            os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + NICE
+        )
+    except (AttributeError, OSError):  # not Linux, or not allowed: at the process's priority
+        pass
 
 
 def final_eval_limit_s(minutes: float) -> float | None:
@@ -89,6 +119,7 @@ class RunEvaluations:
         from actors.games import make_game
         from azserve.arena.evaluate import evaluate_checkpoint, scores_text
 
+        _lower_priority()
         torch.set_num_threads(1)
         t0 = time.monotonic()
         try:

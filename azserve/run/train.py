@@ -26,7 +26,7 @@ from azserve.metrics import RateMeter
 from azserve.run.actor_lives import KILLED_IN_PLAY, actor_lives, killed_in_play
 from azserve.run.autopilot import Autopilot
 from azserve.run.display import Display, Row, bar, human, pct
-from azserve.run.evaluations import RunEvaluations
+from azserve.run.evaluations import RunEvaluations, periodic_deadline
 from azserve.run.ladder_rounds import LadderRounds, rating_text
 from azserve.run.supervisor import Child, azserve_argv, child_env
 from azserve.sync_client import SyncClient
@@ -398,9 +398,9 @@ class Training:
                 self._show()
             if t.eval_every_s and now - last_eval >= t.eval_every_s:
                 last_eval = now
-                # Its match games stop at the end of the time budget: the stop then waits for
-                # no evaluation of an older checkpoint (a shogi run's took minutes, silently).
-                self._evals.start(deadline=self.t0 + t.minutes * 60 if t.minutes else None)
+                self._evals.start(
+                    deadline=periodic_deadline(now, self.t0, t.eval_every_s, t.minutes)
+                )
             self._ladder.tick(now)
         return 0
 
