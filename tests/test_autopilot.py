@@ -33,8 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 TTT = REPO / "configs" / "tictactoe.toml"
 
 
-def m(busy: float, batch: float, rows_per_s: float = 1000.0) -> Measure:
-    return Measure(seconds=10.0, busy=busy, batch=batch, rows_per_s=rows_per_s, latency_p50_ms=5)
+def m(busy: float, batch: float, rows_per_s: float = 1000.0, queued: float = 0.0) -> Measure:
+    return Measure(seconds=10.0, busy=busy, batch=batch, rows_per_s=rows_per_s, latency_p50_ms=5,
+                   queued_rows=queued)  # fmt: skip
 
 
 # --- the rule ---------------------------------------------------------------------------------
@@ -49,8 +50,13 @@ def test_the_rule_raises_when_starved_lowers_when_saturated_and_holds_between() 
     assert c.decide(m(0.99, 128))[0] == "lower" and c.games() == 128  # never below one batch
     assert c.decide(m(0.99, 128))[0] == "hold" and c.games() == 128
     assert c.decide(m(0.99, 60))[0] == "hold"  # saturated on part-full batches: nothing queues
+    assert c.decide(m(0.99, 60, queued=40))[0] == "hold"  # less than a batch waits
     assert c.decide(m(0.90, 128))[0] == "hold"  # within the band
     assert c.decide(m(0.50, 128))[0] == "raise" and c.games() == 256  # a batch more
+    c = Controller(AutopilotConfig(start_batches=2.0), best=128, rows_per_game=1, low=4, high=512)
+    # part-full batches (one weights version each) with a batch's rows queued: rows only wait
+    action, why = c.decide(m(0.99, 29, queued=130))
+    assert action == "lower" and c.games() == 180 and "130 rows queued" in why, why
     c = Controller(AutopilotConfig(), best=128, rows_per_game=1, low=4, high=160)
     assert c.decide(m(0.10, 60))[0] == "raise" and c.games() == 160  # up to the most
     assert c.decide(m(0.10, 60))[0] == "hold" and c.games() == 160
@@ -96,7 +102,9 @@ def test_measure_is_the_difference_of_two_status_replies() -> None:
     a = {"rows": 1000, "batches": 10, "busy_s": 2.0, "latency_ms": {"p50": 3.0}}
     b = {"rows": 3560, "batches": 30, "busy_s": 11.5, "latency_ms": {"p50": 9.0}}
     got = measure(a, b, 10.0)
-    assert got == Measure(10.0, 0.95, 128.0, 256.0, 9.0)
+    assert got == Measure(10.0, 0.95, 128.0, 256.0, 9.0, 0.0)
+    queued = measure({**a, "queued_rows": 40}, {**b, "queued_rows": 120}, 10.0)
+    assert queued is not None and queued.queued_rows == 80.0  # the mean of the two
     assert measure(a, a, 10.0) is None  # no batch ran: nothing to decide on
 
 

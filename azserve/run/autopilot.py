@@ -12,10 +12,11 @@ measures over each ``autopilot.interval_s``:
 
 - the server is **starved** (busy below ``autopilot.busy_low``): it waits for rows, so one best
   batch more is put in flight (additive increase);
-- the server is **saturated with full batches** (busy at or above ``autopilot.busy_high`` and
-  its mean batch at least ``autopilot.full_batch`` of the best): rows beyond one batch only
-  queue, so ``batches`` is cut by ``autopilot.decrease`` (multiplicative decrease, down to one
-  best batch);
+- the server is **saturated with rows waiting** (busy at or above ``autopilot.busy_high``, and
+  its mean batch at least ``autopilot.full_batch`` of the best or a best batch of rows queued,
+  as when its batches are part-full because each holds one weights version's rows): rows
+  beyond one batch only queue, so ``batches`` is cut by ``autopilot.decrease`` (multiplicative
+  decrease, down to one best batch);
 - anything between is a **hold**: the band between the two thresholds is the hysteresis that
   keeps a noisy 2-core machine from see-sawing.
 
@@ -79,6 +80,8 @@ class Measure:
     rows_per_s: float
     latency_p50_ms: float
     """Receipt to reply, per request, over the server's recent window."""
+    queued_rows: float = 0.0
+    """Rows waiting in the server's queue: the mean of the two replies' counts."""
 
 
 def measure(before: dict[str, Any], after: dict[str, Any], seconds: float) -> Measure | None:
@@ -95,6 +98,7 @@ def measure(before: dict[str, Any], after: dict[str, Any], seconds: float) -> Me
         batch=rows / batches,
         rows_per_s=rows / seconds,
         latency_p50_ms=float(after.get("latency_ms", {}).get("p50", 0.0)),
+        queued_rows=(float(before.get("queued_rows", 0)) + float(after.get("queued_rows", 0))) / 2,
     )
 
 
@@ -157,7 +161,11 @@ class Controller:
         """``(action, reason)`` for one interval's measure: ``raise``, ``lower`` or ``hold``;
         ``batches`` moves with it."""
         c = self.cfg
-        full = m.batch >= c.full_batch * self.best
+        # Rows beyond a batch wait either way: in full batches, or queued while the batches are
+        # part-full because each holds one weights version's rows (long games, such as shogi's,
+        # span many versions: 128 games over 7 versions made batches of 29 with 95 rows queued).
+        queued = m.queued_rows >= self.best
+        full = m.batch >= c.full_batch * self.best or queued
         if m.busy < c.busy_low:
             if self.games() >= self.high:
                 return "hold", f"server busy {m.busy:.1%} < {c.busy_low:.0%}, at the most games"
@@ -168,9 +176,14 @@ class Controller:
                 where = "one best batch" if self.games() > self.low else "the fewest games"
                 return "hold", f"saturated with full batches, at {where} in flight"
             self.batches = max(self._floor(), self.batches * c.decrease)
+            waiting = (
+                f"full batches ({m.batch:.1f} of {self.best})"
+                if m.batch >= c.full_batch * self.best
+                else f"{m.queued_rows:.0f} rows queued (batches of {m.batch:.1f}, by version)"
+            )
             return "lower", (
-                f"server busy {m.busy:.1%} >= {c.busy_high:.0%} with full batches "
-                f"({m.batch:.1f} of {self.best}): rows beyond one batch only queue"
+                f"server busy {m.busy:.1%} >= {c.busy_high:.0%} with {waiting}: rows beyond "
+                "one batch only queue"
             )
         why = "batches not full" if m.busy >= c.busy_high else "busy within the band"
         return "hold", f"server busy {m.busy:.1%}, {why}"
