@@ -141,7 +141,8 @@ def test_a_timed_runs_final_evaluation_gets_half_the_run() -> None:
     assert final_eval_limit_s(0) is None  # no time budget: no limit
     assert final_eval_limit_s(1) == FINAL_EVAL_MIN_S  # a 1-minute run: still a minute
     assert final_eval_limit_s(3) == 90.0  # a 3-minute run: half of it
-    assert final_eval_limit_s(60) == 1800.0
+    assert final_eval_limit_s(15) == 450.0
+    assert final_eval_limit_s(120) == 600.0  # a 2-hour run: ten minutes at most
 
 
 def test_a_periodic_evaluation_stops_its_games_at_the_runs_end(tmp_path: Path) -> None:

@@ -25,6 +25,8 @@ log = logging.getLogger("azserve.run.train")
 
 FINAL_EVAL_MIN_S = 60.0
 """The least time a timed run's final evaluation games get (``final_eval_limit_s``)."""
+FINAL_EVAL_MAX_S = 600.0
+"""The most: ten minutes, whatever the run's length (``azserve match`` measures further)."""
 EVAL_MIN_SLOT_S = 60.0
 """The least time a periodic evaluation's games get before they stop (their slot is
 ``train.eval_every_s``, the time to the next evaluation)."""
@@ -56,10 +58,11 @@ def _lower_priority() -> None:
 
 def final_eval_limit_s(minutes: float) -> float | None:
     """How long the final evaluation's games of a run of ``minutes`` may take: half the run,
-    at least ``FINAL_EVAL_MIN_S`` (a 3-minute go13 run spent 7 minutes on 2 games); None (no
-    limit) for a run without a time budget. Games still going then stop and are counted as
-    such in eval.jsonl (``unfinished``)."""
-    return max(FINAL_EVAL_MIN_S, minutes * 30.0) if minutes else None
+    at least ``FINAL_EVAL_MIN_S`` (a 3-minute go13 run spent 7 minutes on 2 games) and at most
+    ``FINAL_EVAL_MAX_S`` (a 2-hour shogi run would have waited an hour more); None (no limit)
+    for a run without a time budget. Games still going then stop and are counted as such in
+    eval.jsonl (``unfinished``)."""
+    return min(FINAL_EVAL_MAX_S, max(FINAL_EVAL_MIN_S, minutes * 30.0)) if minutes else None
 
 
 def _eval_rows(run_dir: Path) -> list[dict[str, Any]]:
