@@ -60,6 +60,10 @@ class ActorsConfig:
     this many plies after each position; 0 = neither (the trajectories of before). The config
     sets it to ``trainer.material_ahead_plies`` while ``trainer.score_weight`` or
     ``trainer.material_ahead_weight`` is above 0."""
+    moves_left: bool = False
+    """With ``targets``, every game also sends ``moves_left``, the plies from each recorded
+    position to where the game stopped (``azserve.targets``); false = not (the trajectories of
+    before). The config turns it on while ``trainer.moves_left_weight`` is above 0."""
     sparse_policy: Literal["auto", "on", "off"] = "auto"
     """Send the policy targets (and the ``reply`` target) as their nonzero entries, int16
     index and float16 weight (``azserve.trajarrays``): ``auto`` for games wider than 512 actions

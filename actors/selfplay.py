@@ -222,6 +222,7 @@ async def play_game(
     sparse_replies: bool = False,
     sparse_targets: bool = False,
     material_plies: int = 0,
+    moves_left: bool = False,
 ) -> FinishedGame:
     """Play one game against itself on the version pinned at its start, through the
     process's evaluation ``cache`` if any, its compiled searches driven by the process's
@@ -230,7 +231,8 @@ async def play_game(
     with it (``game_targets``); with ``sparse_targets`` its policies (and reply) are
     ``SparseRows``; with ``sparse_replies`` its leaves are evaluated sparse (``GameLeaves``);
     with ``targets`` and ``material_plies`` > 0, a game with material (chess, shogi) adds its
-    material targets, ``material_ahead`` that many plies ahead (actors/material.py).
+    material targets, ``material_ahead`` that many plies ahead (actors/material.py); with
+    ``targets`` and ``moves_left``, the plies from each recorded position to the game's stop.
 
     Playout cap randomization: each move gets the full search (``num_simulations``, recorded)
     with probability ``full_search_fraction``, else a fast one (``fast_simulations``, played
@@ -242,6 +244,7 @@ async def play_game(
         leaves = GameLeaves(game, client, version, stats, cache, pool, sparse_replies)
         state = game.initial_state()
         obs, policies, movers = [], [], []
+        plies: list[int] = []  # the ply of each recorded position
         replies: list[np.ndarray | None] = []  # the next recorded move's target, per position
         material = targets and material_plies > 0 and has_material(game)
         track = MaterialTrack(game, material_plies) if material else None
@@ -273,6 +276,7 @@ async def play_game(
                 obs.append(mcts.encode_root(state))
                 policies.append(target)
                 movers.append(mover)
+                plies.append(move)
                 replies.append(None)
             previous_recorded = full
             if track is not None:
@@ -295,7 +299,9 @@ async def play_game(
         stats.false_resign += would_resign is not None and would_resign != loser
     policy = np.stack(policies) if policies else np.zeros((0, game.num_actions), np.float32)
     played_out = resigner is None
-    extra = game_targets(game, state, movers_a, replies, played_out, track) if targets else {}
+    # Where the game stopped is known only now: each recorded position's plies to it.
+    left = move - np.array(plies, np.float32) if targets and moves_left else None
+    extra = game_targets(game, state, movers_a, replies, played_out, track, left) if targets else {}
     return FinishedGame(
         obs=np.stack(obs) if obs else np.zeros((0, *game.obs_shape), np.uint8),
         policy=SparseRows.from_dense(policy) if sparse_targets else policy,
@@ -339,13 +345,15 @@ def game_targets(
     replies: list[np.ndarray | None],
     played_out: bool,
     material: MaterialTrack | None = None,
+    moves_left: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """The targets of one game's recorded positions (``azserve.targets``), by name in their
     order: ``ownership`` and ``score`` from the ``final`` state, turned to each position's side
     to move (``movers`` [T]), where the game gives them and was ``played_out`` (not resigned);
     ``score`` and ``material_ahead`` from the game's ``material`` where it was tracked and the
-    game ``played_out`` (a game ended at the ply cap or adjudicated was); ``reply`` from
-    ``replies`` (the next move's search policy, None where there is none)."""
+    game ``played_out`` (a game ended at the ply cap or adjudicated was); ``moves_left``
+    float32 ``[T]`` as given, played out or resigned (the plies to where the game stopped);
+    ``reply`` from ``replies`` (the next move's search policy, None where there is none)."""
     out: dict[str, np.ndarray] = {}
     final_targets = game.final_targets(final) if played_out else None
     sign = np.where(movers == 0, 1, -1)
@@ -355,6 +363,8 @@ def game_targets(
         out["score"] = (margin * sign).astype(np.float32)
     if material is not None and played_out:
         out.update(material.targets(final, movers))
+    if moves_left is not None:
+        out["moves_left"] = moves_left.astype(np.float32, copy=False)
     reply = np.zeros((len(replies), game.num_actions), np.float32)
     for i, r in enumerate(replies):
         if r is not None:
@@ -516,6 +526,7 @@ class SelfPlay:
                     self._sparse_replies,
                     sparse.wanted(self.cfg.sparse_policy, self.game.num_actions),
                     self.cfg.material_ahead_plies,
+                    self.cfg.moves_left,
                 )
             except GameAbandoned as exc:
                 if not self.client.lifecycle.running:

@@ -13,6 +13,9 @@ that order (a trajectory without targets is exactly what it was before they exis
   ``MATERIAL``). Carried with ``ownership`` by a game that gives it, alone by chess and shogi.
 - ``material_ahead`` float32 ``[T]``: the material balance for the side to move some plies
   later (``actors.material_ahead_plies``; the final balance where the game ends sooner).
+- ``moves_left`` float32 ``[T]``: the plies played from each position to where the game
+  stopped (``actors.moves_left``): its end, the ply cap, an adjudication or a resignation;
+  the fast searches' plies count. 1 at a position whose move ended the game; >= 1 everywhere.
 - ``reply`` float32 ``[T, A]``: the opponent's reply policy, the search policy of the next
   position; a row of zeros where there is none (the last move, or a next move that was not
   recorded). In a sparse trajectory (``azserve.trajarrays``) ``SparseRows`` like its policy,
@@ -27,7 +30,7 @@ import numpy as np
 
 from azserve.sparse import SparseRows
 
-TARGETS = ("ownership", "score", "material_ahead", "reply")
+TARGETS = ("ownership", "score", "material_ahead", "moves_left", "reply")
 """Every target name, in the order a trajectory lists the ones it carries."""
 
 FINAL = ("ownership", "score")
@@ -48,7 +51,7 @@ def target_spec(
     _, h, w = obs_shape
     if name == "ownership":
         return np.dtype(np.int8), (t, h, w)
-    if name in ("score", "material_ahead"):
+    if name in ("score", "material_ahead", "moves_left"):
         return np.dtype(np.float32), (t,)
     if name == "reply":
         return np.dtype(np.float32), (t, num_actions)
@@ -83,6 +86,8 @@ def check_targets(
             return "target ownership outside {-1, 0, 1}"
         if name in ("score", "material_ahead") and not np.isfinite(a).all():
             return f"target {name} is not finite"
+        if name == "moves_left" and not (np.isfinite(a).all() and (a >= 0).all()):
+            return "target moves_left has negative or non-finite entries"
         if name == "reply" and not (np.isfinite(a).all() and (a >= 0).all()):
             return "target reply has negative or non-finite entries"
     return None

@@ -84,6 +84,10 @@ class TrainerConfig:
     """Plies ahead of each position whose material balance ``material_ahead`` is (the final
     balance where the game ends sooner); the actors compute it (``actors.material_ahead_plies``
     follows it while a material target is trained)."""
+    moves_left_weight: float = 0.0
+    """Weight of the loss of the plies left in the game (Leela's moves-left head: a Huber loss,
+    delta 10 plies, on plies over 20); needs the ``moves_left`` head, and the actors then send
+    the target (``actors.moves_left``). 0 = off. ``net.moves_left_discount`` above 0 needs it."""
     reply_weight: float = 0.0
     """Weight of the opponent's-reply policy loss (cross-entropy against the next position's
     search policy); needs the ``reply`` head. 0 = off."""

@@ -18,11 +18,16 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from azserve.model.spec import MOVES_LEFT_SCALE
 from learner.replay import Batch
 
 Symmetries = Callable[[np.ndarray, np.ndarray], Sequence[tuple[np.ndarray, np.ndarray]]]
 """A game's ``symmetries(obs [N,C,H,W] uint8, policy [N,A]) -> [(obs, policy), ...]``: every
 symmetric variant of the whole batch (identity included), each with the input's shapes."""
+
+
+LEELA_PLIES = 20.0
+"""What lc0 divides plies by in its moves-left loss, "to a similar range as other losses"."""
 
 
 class LossParts(NamedTuple):
@@ -98,6 +103,10 @@ def target_losses(
       the board's cells unless the game says otherwise), targets ``[B]`` the margin in points;
       the squared error of the scaled margin;
     - ``material_ahead``: as ``score``, the material balance some plies ahead;
+    - ``moves_left``: outputs ``[B]`` the plies left over ``MOVES_LEFT_SCALE``, targets ``[B]``
+      the plies left; Leela's loss (lc0's tfprocess): the Huber loss, delta 10 plies, of the
+      prediction in plies over 20 against the target over 20 (so a weight means what lc0's
+      ``moves_left_loss_weight`` does);
     - ``reply``: outputs ``[B,A]`` logits, targets ``[B,A]`` a policy; the cross-entropy.
     """
     out: dict[str, torch.Tensor] = {}
@@ -112,6 +121,11 @@ def target_losses(
             ).mean(dim=(1, 2))
         elif name in ("score", "material_ahead"):
             per = (pred - target / score_scale).pow(2)
+        elif name == "moves_left":
+            plies = pred * MOVES_LEFT_SCALE
+            per = F.huber_loss(
+                plies / LEELA_PLIES, target / LEELA_PLIES, reduction="none", delta=10 / LEELA_PLIES
+            )
         elif name == "reply":
             per = -(target * F.log_softmax(pred, dim=-1)).sum(dim=-1)
         else:

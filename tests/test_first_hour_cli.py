@@ -84,7 +84,7 @@ def bad_invocations(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["train", "--config", "tictactoe", "--run-dir", str(held)], "already holds a run"),
         (["train", "--config", "tictactoe", "--run-dir", str(a_file)], "is a file, not a directory"),
         (["train", "--config", "tictactoe", "--run-dir", str(a_file / "x")], f"is under {a_file}, a file"),
-        (["train", "--config", "nope", "--run-dir", run], "shipped configs: chess, chess-features, chess-wdl, connect4, "),
+        (["train", "--config", "nope", "--run-dir", run], "shipped configs: chess, chess-features, chess-movesleft, chess-wdl, connect4, "),
         (["train", "--config", "conect4", "--run-dir", run], "did you mean 'connect4'?"),
         (["compare", *ttt_run, "--minutes", "-2"], "allowed > 0"),
         (["compare", *ttt_run, "--minutes", "0"], "allowed > 0"),

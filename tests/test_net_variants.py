@@ -30,7 +30,7 @@ POOLED = dataclasses.replace(
     TINY,
     global_pool_every=2,
     global_pool_channels=4,
-    heads=("ownership", "score", "material_ahead", "reply"),
+    heads=("ownership", "score", "material_ahead", "moves_left", "reply"),
     value_head="wdl",
 )
 
@@ -74,6 +74,8 @@ def test_global_pooling_blocks_and_heads_add_their_keys_only() -> None:
         "score_fc.bias",
         "material_ahead_fc.weight",
         "material_ahead_fc.bias",
+        "moves_left_fc.weight",
+        "moves_left_fc.bias",
         "reply_conv.0.weight",
         *(f"reply_conv.1.{k}" for k in bn),
         "reply_fc.weight",
@@ -123,6 +125,7 @@ def test_forward_is_forward_all_without_heads() -> None:
     assert out.ownership is not None and out.ownership.shape == (8, 5, 5)
     assert out.score is not None and out.score.shape == (8,)
     assert out.material_ahead is not None and out.material_ahead.shape == (8,)
+    assert out.moves_left is not None and out.moves_left.shape == (8,)
     assert out.wdl is not None and out.wdl.shape == (8, 3)
     assert out.reply is not None and out.reply.shape == (8, 26)
 

@@ -253,6 +253,12 @@ class Config:
             raise ConfigError(
                 f"trainer.{lacking[0]}_weight > 0: {self.game} gives no {what}; set it to 0"
             )
+        if self.net.moves_left_discount > 0 and "moves_left" not in trained:
+            raise ConfigError(
+                f"net.moves_left_discount={self.net.moves_left_discount} discounts the served "
+                "value by the moves_left head, which trainer.moves_left_weight=0 leaves "
+                "untrained: set the weight above 0 or the discount to 0"
+            )
         if self.autopilot.max_games and self.autopilot.max_games > self.actors.games:
             raise ConfigError(
                 f"autopilot.max_games={self.autopilot.max_games}: must not exceed actors.games="
@@ -294,9 +300,9 @@ def client_config(cfg: Config) -> ClientConfig:
 
 def actors_config(cfg: Config) -> ActorsConfig:
     """The actors section with the learner endpoint resolved, ``targets`` on when the
-    trainer trains on any (``trainer.*_weight`` above 0), and ``material_ahead_plies`` the
+    trainer trains on any (``trainer.*_weight`` above 0), ``material_ahead_plies`` the
     trainer's while it trains a material target (``score``, ``material_ahead``: a game
-    without material sends none all the same)."""
+    without material sends none all the same), and ``moves_left`` on while it trains that."""
     trained = cfg.trainer.targets()
     material = any(n in MATERIAL for n in trained)
     return dataclasses.replace(
@@ -306,6 +312,7 @@ def actors_config(cfg: Config) -> ActorsConfig:
         material_ahead_plies=(
             cfg.trainer.material_ahead_plies if material else cfg.actors.material_ahead_plies
         ),
+        moves_left=cfg.actors.moves_left or "moves_left" in trained,
     )
 
 

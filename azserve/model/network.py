@@ -3,14 +3,17 @@
 Input is float planes ``[B, C, H, W]`` (the server converts the uint8 wire planes on the device);
 outputs are policy logits ``[B, A]`` and a value ``[B]`` in [-1, 1] for the side to move.
 
-Three options change the tower and the heads (all off by default, and then the net is today's,
+Four options change the tower and the heads (all off by default, and then the net is today's,
 key for key and bit for bit): global pooling blocks (``NetConfig.global_pool_every``, KataGo's
 global pooling bias, arXiv 1902.10565 section 4.3), auxiliary heads (``NetConfig.heads``:
-final ownership, score margin, material some plies ahead, the opponent's reply policy) that
-only ``forward_all``, the learner's forward, computes, and a win/draw/loss value head
-(``NetConfig.value_head = "wdl"``, Leela's): its three logits go to the learner through
-``forward_all``, while ``forward`` (what is served, exported and compiled) still answers one
-value, ``P(win) - P(loss)``.
+final ownership, score margin, material some plies ahead, plies left in the game, the
+opponent's reply policy) that only ``forward_all``, the learner's forward, computes, a
+win/draw/loss value head (``NetConfig.value_head = "wdl"``, Leela's): its three logits go to
+the learner through ``forward_all``, while ``forward`` (what is served, exported and compiled)
+still answers one value, ``P(win) - P(loss)``; and the moves-left discount
+(``NetConfig.moves_left_discount``): ``forward`` serves the value times
+``1 - alpha * min(M / MOVES_LEFT_SCALE, 1)``, M the ``moves_left`` head's plies left, while
+``forward_all`` gives the learner the undiscounted value.
 """
 
 from __future__ import annotations
@@ -88,6 +91,8 @@ class NetOutputs(NamedTuple):
     material_ahead: torch.Tensor | None
     """Material balance for the side to move some plies ahead ``[B]``, divided by the same
     scale."""
+    moves_left: torch.Tensor | None
+    """Plies left in the game ``[B]`` (>= 0, a softplus), divided by ``MOVES_LEFT_SCALE``."""
     reply: torch.Tensor | None
     """Logits ``[B, A]`` of the opponent's reply policy (the next position's search policy)."""
 
@@ -134,6 +139,11 @@ class AlphaZeroNet(nn.Module):
             self.score_fc = nn.Linear(cfg.value_hidden, 1)
         if "material_ahead" in cfg.heads:  # as the score
             self.material_ahead_fc = nn.Linear(cfg.value_hidden, 1)
+        # As the score; an attribute either way (None: no key), so that ``forward`` scripts.
+        self.moves_left_fc: nn.Linear | None = (
+            nn.Linear(cfg.value_hidden, 1) if "moves_left" in cfg.heads else None
+        )
+        self.moves_left_discount = float(cfg.moves_left_discount)
         if "reply" in cfg.heads:  # a second policy head
             self.reply_conv = nn.Sequential(
                 nn.Conv2d(c, cfg.policy_channels, 1, bias=False),
@@ -143,8 +153,12 @@ class AlphaZeroNet(nn.Module):
             self.reply_fc = nn.Linear(cfg.policy_channels * hw, cfg.num_actions)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        _, logits, _, out = self._trunk(x)
-        return logits, self._value(out)
+        _, logits, v, out = self._trunk(x)
+        value = self._value(out)
+        m = self._moves_left(v) if self.moves_left_discount > 0.0 else None
+        if m is not None:  # a win nearer its end is worth more, a loss further off less
+            value = value * (1.0 - self.moves_left_discount * m.clamp(max=1.0))
+        return logits, value
 
     def _trunk(
         self, x: torch.Tensor
@@ -156,6 +170,13 @@ class AlphaZeroNet(nn.Module):
         logits = self.policy_fc(self.policy_conv(h).flatten(1))
         v = F.relu(self.value_fc1(self.value_conv(h).flatten(1)))
         return h, logits, v, self.value_fc2(v)
+
+    def _moves_left(self, v: torch.Tensor) -> torch.Tensor | None:
+        """Plies left ``[B]`` over ``MOVES_LEFT_SCALE`` from the value head's hidden layer
+        ``v``, or None without the head."""
+        if self.moves_left_fc is None:
+            return None
+        return F.softplus(self.moves_left_fc(v)).squeeze(1)
 
     def _value(self, out: torch.Tensor) -> torch.Tensor:
         """The value ``[B]`` of the value head's output: ``tanh``, or from WDL logits the
@@ -171,7 +192,7 @@ class AlphaZeroNet(nn.Module):
         h, logits, v, out = self._trunk(x)
         value, wdl = self._value(out), out if self.wdl else None
         if not heads:
-            return NetOutputs(logits, value, wdl, None, None, None, None)
+            return NetOutputs(logits, value, wdl, None, None, None, None, None)
         has = self.cfg.heads
         return NetOutputs(
             logits,
@@ -180,6 +201,7 @@ class AlphaZeroNet(nn.Module):
             self.ownership_conv(h).squeeze(1) if "ownership" in has else None,
             self.score_fc(v).squeeze(1) if "score" in has else None,
             self.material_ahead_fc(v).squeeze(1) if "material_ahead" in has else None,
+            self._moves_left(v),
             self.reply_fc(self.reply_conv(h).flatten(1)) if "reply" in has else None,
         )
 

@@ -8,8 +8,15 @@ from typing import Literal
 
 from azserve.errors import ConfigError
 
-HEADS = ("ownership", "score", "material_ahead", "reply")
+HEADS = ("ownership", "score", "material_ahead", "moves_left", "reply")
 """The auxiliary heads a net may have beside policy and value (``NetConfig.heads``)."""
+
+MOVES_LEFT_SCALE = 100.0
+"""Plies that the ``moves_left`` head's output counts in (it predicts the plies left divided by
+this), and the horizon of ``NetConfig.moves_left_discount``: a fixed constant, not the game's
+ply cap, so that a ply is worth the same discount in every game (over chess's cap of 256 plies,
+a win in 3 plies and one in 13 would differ by 4% of the discount, not 10%); the last 100 plies
+of a chess game, where it is decided, stay apart, and longer ones count alike."""
 
 
 @dataclass(frozen=True)
@@ -59,14 +66,22 @@ class NetConfig:
     its regular channels, so it costs about what a plain block does)."""
     heads: tuple[str, ...] = ()
     """Auxiliary heads trained on the game's targets (``ownership``, ``score``,
-    ``material_ahead``, ``reply``); empty = none. Only the learner computes them: serving
-    answers policy and value."""
+    ``material_ahead``, ``moves_left``, ``reply``); empty = none. Only the learner computes
+    them: serving answers policy and value (the value discounted by ``moves_left`` where
+    ``moves_left_discount`` is above 0)."""
     value_head: Literal["scalar", "wdl"] = "scalar"
     """``scalar``: one tanh output, trained by squared error against the outcome (today's
     net); ``wdl``: three logits, win/draw/loss for the side to move (Leela's), trained by
     cross-entropy against the outcome made a distribution, so a draw is learnt as a draw and
     not as the mean of a win and a loss. Served either way as one value, ``P(win) - P(loss)``
     for ``wdl``: the wire, the server and the search do not change."""
+    moves_left_discount: float = 0.0
+    """alpha: the value served (``forward``: what the server runs, exports and compiles) is
+    ``v * (1 - alpha * min(M / 100, 1))``, M the ``moves_left`` head's plies left
+    (``MOVES_LEFT_SCALE``), so that the search, through its leaf values, prefers the shorter
+    win and the longer loss (a simplification of Leela's moves-left utility, docs/learner.md).
+    Needs the ``moves_left`` head; 0 = off, the value served bit for bit as without it. The
+    learner trains the undiscounted value."""
 
     def __post_init__(self) -> None:
         if self.global_pool_every < 0:
@@ -80,6 +95,15 @@ class NetConfig:
         if unknown or len(set(self.heads)) != len(self.heads):
             raise ConfigError(
                 f"net.heads={list(self.heads)}: each at most once, from {list(HEADS)}"
+            )
+        if not 0.0 <= self.moves_left_discount <= 1.0:
+            raise ConfigError(
+                f"net.moves_left_discount={self.moves_left_discount}: must be in [0, 1]"
+            )
+        if self.moves_left_discount > 0 and "moves_left" not in self.heads:
+            raise ConfigError(
+                f"net.moves_left_discount={self.moves_left_discount} needs the moves_left "
+                "head: add 'moves_left' to net.heads"
             )
 
     @property
