@@ -262,4 +262,6 @@ class CompiledGumbel(CompiledSearch, GumbelMoves):
         visits = empty(a, np.int64)
         prior = empty(a, np.float32)
         root_value = self._tree.gumbel_result(policy, scores, gumbel, visits, prior)
-        return GumbelResult(visits, root_value, prior, evaluations, policy, scores, gumbel)
+        proof = self._proof(True) if self.config.solver else None
+        return GumbelResult(visits, root_value, prior, evaluations, policy, scores, gumbel,
+                            proof=proof)  # fmt: skip

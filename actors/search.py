@@ -78,12 +78,13 @@ class MCTSConfig:
     reuse_tree: bool = True
     """Keep the played move's subtree as the next root (see ``MCTS.advance``)."""
     solver: bool = False
-    """MCTS-solver (Winands et al. 2008), PUCT only: game ends reached in the tree prove their
-    parents (a child lost for its mover: a win; every child proven: the best of them), and so
-    on up; a proven node is met as a terminal one, a proven root ends the search early (a win
-    in more than one ply searches on for a shorter one), and the move is the shortest proven
-    win (the longest proven loss; never a proven loss while another move is open).
-    docs/mcts.md, "Proven results". False: the search as before, bit for bit."""
+    """MCTS-solver (Winands et al. 2008), PUCT and Gumbel: game ends reached in the tree prove
+    their parents (a child lost for its mover: a win; every child proven: the best of them),
+    and so on up; a proven node is met as a terminal one, a proven root ends the search early
+    (a win in more than one ply searches on for a shorter one), and the move is the shortest
+    proven win (the longest proven loss; never a proven loss while another move is open).
+    Gumbel also drops proven losses from sequential halving and completes Q with the proven
+    values. docs/mcts.md, "Proven results". False: the search as before, bit for bit."""
     fpu_reduction: float = 0.25
     """First-play urgency: an unvisited child's Q is the parent's Q minus this times
     sqrt(prior mass of the visited children) (Leela Zero / KataGo); 0 means parent's Q."""
@@ -147,10 +148,6 @@ class MCTSConfig:
             raise ValueError(f"cap_win_margin must be >= 0, got {self.cap_win_margin}")
         if not 0.0 < self.adjudicated_value <= 1.0:
             raise ValueError(f"adjudicated_value must be in (0, 1], got {self.adjudicated_value}")
-        if self.solver and self.algorithm != "puct":
-            raise ValueError(
-                f"mcts.solver is PUCT's: it needs mcts.algorithm = 'puct', got {self.algorithm!r}"
-            )
         if self.gumbel_opening not in ("halving", "target"):
             raise ValueError(
                 f"gumbel_opening must be 'halving' or 'target', got {self.gumbel_opening!r}"
@@ -224,12 +221,17 @@ class Proof:
             return -1
         return self.best()
 
+    def kept(self) -> np.ndarray:
+        """bool [n]: the moves a choice may make: while the root is unproven, all but the
+        proven losses; at a proven root, the moves proven to keep its value."""
+        # NaN (unproven) compares unequal to everything: kept as open, left out of a draw.
+        return self.values != -SOLVED_WIN if self.value is None else self.values == self.value
+
     def allowed(self, visits: np.ndarray, prior: np.ndarray) -> np.ndarray:
         """The weights the move is chosen from (as visits [n]): ``visits`` without the proven
         losses (a proven draw root: only its drawing moves); where that leaves nothing
         visited, the priors (float [n]) of those moves; where nothing at all, ``visits``."""
-        # NaN (unproven) compares unequal to everything: kept as open, left out of a draw.
-        keep = self.values != -SOLVED_WIN if self.value is None else self.values == self.value
+        keep = self.kept()
         kept = np.where(keep, visits, 0)
         if kept.any():
             return kept
@@ -269,7 +271,8 @@ class GumbelResult(SearchResult):
     """float32 [A]: softmax(logits + sigma(completed Q)) over legal actions, the policy target."""
     scores: np.ndarray
     """float64 [A]: logits + sigma(completed Q) of the considered actions that received the
-    most visits in this search (the survivors of sequential halving); -inf elsewhere."""
+    most visits in this search (the survivors of sequential halving; with the solver, among the
+    moves ``Proof.kept`` keeps); -inf elsewhere."""
     gumbel: np.ndarray
     """float64 [A]: the root's Gumbel noise (0 without noise)."""
 
@@ -485,8 +488,14 @@ class GumbelMoves(_Rules):
     survivors of sequential halving."""
 
     def choose(self, result: GumbelResult, move_number: int) -> tuple[np.ndarray, int]:
-        """(policy target, move) after a search returned ``result``."""
-        return self.policy_target(result), self.select_action(result, move_number)
+        """(policy target, move) after a search returned ``result``. With the solver's
+        ``proof``, a proven win or loss imposes its move (the shortest win, the longest loss),
+        as ``PuctMoves.choose``; otherwise the move is chosen as below, the proven losses left
+        out (the survivors already leave them out)."""
+        target, proof = self.policy_target(result), result.proof
+        if proof is not None and (forced := proof.forced()) >= 0:
+            return target, forced
+        return target, self.select_action(result, move_number)
 
     def select_action(self, result: GumbelResult, move_number: int) -> int:
         """The move to play. While ``move_number < temperature_moves`` (and temperature > 0):
@@ -499,7 +508,10 @@ class GumbelMoves(_Rules):
         scores = result.scores
         if move_number < cfg.temperature_moves and cfg.temperature > 0:
             if cfg.gumbel_opening == "target":
-                return sample_tempered(result.policy, cfg.temperature, self.rng)
+                weights = result.policy
+                if result.proof is not None:  # the solver's: never a proven loss (Proof.kept)
+                    weights = result.proof.allowed(weights, result.root_prior)
+                return sample_tempered(weights, cfg.temperature, self.rng)
             scores = scores + cfg.temperature * result.gumbel
         return int(scores.argmax())
 

@@ -1,12 +1,12 @@
 """What the MCTS-solver (``mcts.solver``) buys on chess mates, and what it costs.
 
     .venv/bin/python scripts/solver_figures.py [--sims 100,400] [--limit 0]
-        [--evaluators uniform,random] [--seconds 10] [--json OUT]
+        [--evaluators uniform,random] [--seconds 10] [--algorithm puct] [--json OUT]
 
 **Mates.** The positions are the ``mate`` set of the chess benchmark
 (actors/games/chess/benchmark.jsonl.gz: the side to move mates in N = 1..3, every move labelled
-by Stockfish). Each is searched once from a fresh tree, PUCT without root noise, with and
-without the solver at each simulation count, by each evaluator: ``uniform`` (zero logits, value
+by Stockfish). Each is searched once from a fresh tree, without root noise, by PUCT or Gumbel
+(``--algorithm``), with and without the solver at each simulation count, by each evaluator: ``uniform`` (zero logits, value
 0: no network, only the search finds the mate) and ``random`` (an untrained net's stand-in:
 pseudo-random logits and values, fixed per position, so its priors mislead). Prints JSON per
 evaluator, count and N: the positions, the share where the move played mates as fast as the
@@ -29,13 +29,15 @@ import json
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from actors.games import make_game
 from actors.search import MCTSConfig
 from actors.searches import make_search
+
+Algorithm = Literal["puct", "gumbel"]
 
 SET = Path(__file__).resolve().parents[1] / "actors/games/chess/benchmark.jsonl.gz"
 
@@ -77,10 +79,14 @@ EVALUATORS = {"uniform": _zero, "random": _random}
 
 
 async def measure(
-    sims: int, solver: bool, positions: list[tuple[str, int, set[str]]], evaluator: str
+    sims: int,
+    solver: bool,
+    positions: list[tuple[str, int, set[str]]],
+    evaluator: str,
+    algorithm: Algorithm = "puct",
 ) -> dict:
     game = make_game("chess")
-    config = MCTSConfig(num_simulations=sims, solver=solver, temperature=0.0)
+    config = MCTSConfig(num_simulations=sims, solver=solver, temperature=0.0, algorithm=algorithm)
     per_n: dict[int, list[int]] = {}
     cpu = 0.0
     simulations = 0
@@ -97,6 +103,7 @@ async def measure(
         row[1] += game.uci(state, action) in best
         row[2] += result.proof is not None and result.proof.value == 1.0
     return {
+        "algorithm": algorithm,
         "solver": solver,
         "evaluator": evaluator,
         "simulations": sims,
@@ -112,9 +119,9 @@ async def measure(
 class SelfPlay:
     """Connect Four self-play games of one search, a move per ``step``, timed."""
 
-    def __init__(self, sims: int, solver: bool) -> None:
+    def __init__(self, sims: int, solver: bool, algorithm: Algorithm = "puct") -> None:
         self.game = make_game("connect4")
-        self.config = MCTSConfig(num_simulations=sims, solver=solver)
+        self.config = MCTSConfig(num_simulations=sims, solver=solver, algorithm=algorithm)
         self.rng = np.random.default_rng(0)
         self.logits = np.zeros(self.game.num_actions, np.float32)
         self.cpu = 0.0
@@ -150,13 +157,14 @@ class SelfPlay:
             self._new_game()
 
 
-async def cost(sims: int, seconds: float) -> list[dict]:
-    players = [SelfPlay(sims, False), SelfPlay(sims, True)]
+async def cost(sims: int, seconds: float, algorithm: Algorithm = "puct") -> list[dict]:
+    players = [SelfPlay(sims, False, algorithm), SelfPlay(sims, True, algorithm)]
     while min(p.cpu for p in players) < seconds:
         for p in players:
             await p.step()
     return [
         {
+            "algorithm": algorithm,
             "solver": p.config.solver,
             "simulations": sims,
             "simulations_per_cpu_s": p.ran / p.cpu,
@@ -175,18 +183,19 @@ def main() -> None:
         "--evaluators", default="uniform,random", help="of " + ", ".join(EVALUATORS)
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="CPU-s per cost contender")
+    parser.add_argument("--algorithm", default="puct", choices=("puct", "gumbel"))
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args()
     positions = mate_positions(args.limit)
     counts = [int(s) for s in args.sims.split(",")]
     mates = [
-        asyncio.run(measure(n, solver, positions, e))
+        asyncio.run(measure(n, solver, positions, e, args.algorithm))
         for e in args.evaluators.split(",")
         for n in counts
         for solver in (False, True)
     ]
-    text = json.dumps({"mates": mates, "cost": asyncio.run(cost(max(counts), args.seconds))},
-                      indent=1)  # fmt: skip
+    costs = asyncio.run(cost(max(counts), args.seconds, args.algorithm))
+    text = json.dumps({"mates": mates, "cost": costs}, indent=1)
     print(text)
     if args.json:
         args.json.write_text(text + "\n")

@@ -13,7 +13,7 @@ import pytest
 
 from actors.compiled_mcts import CompiledMCTS
 from actors.games import ConnectFour, Game, State, TicTacToe, make_game
-from actors.games.compiled import compiled_available, core, core_rules
+from actors.games.compiled import compiled_available
 from actors.games.solver import TicTacToeSolver
 from actors.mcts import MCTS
 from actors.search import MCTSConfig, SearchResult
@@ -285,12 +285,7 @@ async def test_pooled_solver_games_are_the_per_leaf_games() -> None:
 # --- off changes nothing; the knob's checks -------------------------------------------------
 
 
-def test_off_reports_no_proof_and_the_solver_is_puct_only() -> None:
+def test_off_reports_no_proof() -> None:
+    """Off, no proof (the Gumbel search's solver: tests/test_gumbel_solver.py)."""
     search, _, result = solve(TTT, play(TTT, [0, 1, 2, 3]), "python", 30)
     assert result.proof is None and search.report().proof is None
-    with pytest.raises(ValueError, match="solver"):
-        MCTSConfig(solver=True, algorithm="gumbel")
-    if core is not None:
-        knobs = {name: getattr(MCTSConfig(), name) for name in core.KNOBS}
-        with pytest.raises(ValueError, match="solver"):
-            core.Tree(core_rules(TTT), "gumbel", **{**knobs, "solver": True})

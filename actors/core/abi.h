@@ -4,6 +4,6 @@
 #ifndef AZSERVE_ABI_H
 #define AZSERVE_ABI_H
 
-#define CORE_ABI 9
+#define CORE_ABI 10
 
 #endif

@@ -2,7 +2,10 @@
  * Gumbel-top-k and sequential halving over the schedule gumbel_start is given (the visit count
  * of the root edge each simulation takes); below it, the deterministic choice by the improved
  * policy from completed Q-values. One leaf at a time (sequential). gumbel_start and
- * gumbel_result are the Tree's methods of the same names. */
+ * gumbel_result are the Tree's methods of the same names. With the solver (PUCT's steps,
+ * tree.h and rounds.h): a proven node is met as a terminal one, a proven child's completed Q
+ * is its exact value, the halving skips the root's closed edges (root_open) and a proven root
+ * ends the search. */
 #include "glue.h"
 #include "rounds.h"
 #include "select.h"
@@ -14,8 +17,10 @@
 #define EPSILON 1e-8   /* gumbel._EPSILON */
 
 /* sigma(completed Q) of `nd`'s edges into out[k] (gumbel.completed_q, same operations; out
- * holds the completed Q first, then its transform). */
-static void completed_q(const Node *nd, double c_visit, double c_scale, double *out) {
+ * holds the completed Q first, then its transform). With the solver a proven child's Q is
+ * its exact value. */
+static void completed_q(const Node *nd, double c_visit, double c_scale, int solver,
+                        double *out) {
     long total = 0, top = 0;
     double mass = 0.0, weighted = 0.0, *q = out;
     int k = nd->k;
@@ -23,6 +28,8 @@ static void completed_q(const Node *nd, double c_visit, double c_scale, double *
         long ni = nd->e[j].n;
         if (ni) {
             double qi = nd->e[j].w / (double)ni, p = nd->e[j].p;
+            const Node *c = nd->e[j].child;
+            if (solver && c && c->plies >= 0) qi = -c->tv;
             double pm = p > TINY ? p : TINY;
             total += ni;
             mass += pm;
@@ -46,7 +53,8 @@ static void completed_q(const Node *nd, double c_visit, double c_scale, double *
 }
 
 /* Deterministic selection below the root (gumbel._interior_action); work: k doubles. */
-static int interior_action(const Node *nd, double c_visit, double c_scale, double *work) {
+static int interior_action(const Node *nd, double c_visit, double c_scale, int solver,
+                           double *work) {
     int k = nd->k, i = 0;
     long sum = 0;
     for (int j = 0; j < k; j++) sum += nd->e[j].n;
@@ -61,7 +69,7 @@ static int interior_action(const Node *nd, double c_visit, double c_scale, doubl
         return i;
     }
     double *sigma = work, *e = work; /* e[j] replaces sigma[j] once read */
-    completed_q(nd, c_visit, c_scale, sigma);
+    completed_q(nd, c_visit, c_scale, solver, sigma);
     double top = sigma[0];
     for (int j = 1; j < k; j++)
         if (sigma[j] > top) top = sigma[j];
@@ -81,14 +89,53 @@ static int interior_action(const Node *nd, double c_visit, double c_scale, doubl
     return i;
 }
 
+/* With the solver, whether sequential halving may still visit root edge j (gumbel._open):
+ * while the root is unproven, unless proven lost; a won root searched on, unless proven. */
+static inline int root_open(const Node *r, int j) {
+    const Node *c = r->e[j].child;
+    if (!c || c->plies < 0) return 1;
+    return r->plies < 0 && c->tv < SOLVED_WIN;
+}
+
+/* With the solver, whether root edge j may be chosen as the move (search.Proof.kept): while
+ * the root is unproven, unless proven lost; at a proven root, if proven to keep its value. */
+static inline int root_kept(const Node *r, int j) {
+    const Node *c = r->e[j].child;
+    int proven = c && c->plies >= 0;
+    if (r->plies < 0) return !(proven && -c->tv == -SOLVED_WIN);
+    return proven && -c->tv == r->tv;
+}
+
 /* The root edge of simulation t->done: among the edges with the schedule's visit count, the
- * highest max(LOW_LOGIT, g + logits + sigma) (gumbel._halve's loop body). */
+ * highest max(LOW_LOGIT, g + logits + sigma) (gumbel._halve's loop body). With the solver,
+ * among the open edges, and when none has that count, the open edge with the highest count
+ * below it, else the lowest above it (gumbel._solver_root_action's key, compared in order). */
 static int gumbel_root_action(Tree *t) {
     Node *r = t->root;
     double *sigma = t->work, best = -INFINITY;
-    completed_q(r, t->c_visit, t->c_scale, sigma);
+    completed_q(r, t->c_visit, t->c_scale, t->solver, sigma);
     long want = t->schedule[t->done];
     int i = -1;
+    if (t->solver) {
+        int ibelow = 0;
+        long ikey = 0;
+        for (int j = 0; j < r->k; j++) {
+            if (!root_open(r, j)) continue;
+            long c = t->counts[j];
+            int below = c <= want;
+            long key = below ? c : -c;
+            double score = t->g[j] + t->glog[j] + sigma[j];
+            if (!(score > LOW_LOGIT)) score = LOW_LOGIT;
+            if (i < 0 || below > ibelow ||
+                (below == ibelow && (key > ikey || (key == ikey && score > best)))) {
+                i = j;
+                ibelow = below;
+                ikey = key;
+                best = score;
+            }
+        }
+        return i;
+    }
     for (int j = 0; j < r->k; j++)
         if (t->counts[j] == want) {
             double score = t->g[j] + t->glog[j] + sigma[j];
@@ -108,7 +155,7 @@ static int gumbel_descend(Tree *t, unsigned char *out) {
     const double c_visit = t->c_visit, c_scale = t->c_scale;
     Step *path = t->paths;
     t->nbatch = 0;
-    while (t->done < t->count) {
+    while (t->done < t->count && !root_solved(t)) {
         int i = gumbel_root_action(t);
         if (i < 0) {
             PyErr_SetString(PyExc_RuntimeError, "the schedule named no considered action");
@@ -132,7 +179,7 @@ static int gumbel_descend(Tree *t, unsigned char *out) {
                     return 1;
                 }
             }
-            if (child->has_tv) {
+            if (exact_for(t, child)) {
                 reach_terminal(t, child, path, len, 0.0);
                 break;
             }
@@ -142,7 +189,7 @@ static int gumbel_descend(Tree *t, unsigned char *out) {
                 return -1;
             }
             node = child;
-            i = interior_action(node, c_visit, c_scale, t->work);
+            i = interior_action(node, c_visit, c_scale, t->solver, t->work);
         }
     }
     return 0;
@@ -237,13 +284,14 @@ PyObject *gumbel_result(Tree *t, PyObject *args) {
     int64_t *visits = (int64_t *)views[3].buf;
     int k = r->k;
     double *sigma = t->work, *improved = t->work, *e = t->work + t->num_actions;
-    completed_q(r, t->c_visit, t->c_scale, sigma); /* improved[j] replaces sigma[j] */
+    /* improved[j] replaces sigma[j] */
+    completed_q(r, t->c_visit, t->c_scale, t->solver, sigma);
     long most = 0;
     double top = -INFINITY;
     for (int j = 0; j < k; j++) {
         improved[j] = t->glog[j] + sigma[j];
         if (improved[j] > top) top = improved[j];
-        if (t->counts[j] > most) most = t->counts[j];
+        if (t->counts[j] > most && (!t->solver || root_kept(r, j))) most = t->counts[j];
     }
     double z = 0.0;
     for (int j = 0; j < k; j++) {
@@ -260,7 +308,7 @@ PyObject *gumbel_result(Tree *t, PyObject *args) {
     for (int j = 0; j < k; j++) {
         int a = r->actions[j];
         policy[a] = (float)(e[j] / z);
-        if (t->counts[j] == most) scores[a] = improved[j];
+        if (t->counts[j] == most && (!t->solver || root_kept(r, j))) scores[a] = improved[j];
         noise[a] = t->g[j];
         visits[a] = r->e[j].n;
         prior[a] = (float)r->e[j].p;

@@ -54,7 +54,7 @@ typedef struct {
     /* the knobs (tree_type.c's KNOBS, MCTSConfig's fields of the same names) */
     double c_puct, fpu_reduction, root_fpu_reduction, vl, c_visit, c_scale;
     int width;              /* leaves per round (leaves_in_flight) */
-    int solver;             /* MCTS-solver (MCTSConfig.solver): proven nodes, PUCT only */
+    int solver;             /* MCTS-solver (MCTSConfig.solver): proven nodes */
     Node *root;
     uint64_t *history;      /* sorted hashes of the boards before the root (Go's superko) */
     Py_ssize_t nhistory, history_cap;

@@ -120,11 +120,6 @@ static int Tree_init(Tree *t, PyObject *args, PyObject *kw) {
                      t->width);
         return -1;
     }
-    if (t->solver && sel != &SELECT_PUCT) {
-        PyErr_Format(PyExc_ValueError, "compiled MCTS: the solver is PUCT's, not %s's",
-                     sel->name);
-        return -1;
-    }
     if (sel->sequential) t->width = 1;
     if (t->width == 1) t->vl = 0.0; /* one leaf in flight: no virtual loss (as actors/mcts.py) */
     t->sel = sel;

@@ -23,7 +23,7 @@ from actors.games.base import Game
 
 log = logging.getLogger("actors.games.compiled")
 
-_ABI = 9
+_ABI = 10
 """The interface of actors/core/ this code drives (its ``ABI``); a build of an older
 source (the C file changed, ``pip install -e .`` not run again) is not used."""
 
