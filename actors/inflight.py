@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from azserve.files import atomic_write_bytes
+from azserve.files import follow as follow_file
 
 log = logging.getLogger("actors.inflight")
 
@@ -84,10 +85,4 @@ async def follow(
     """Read ``path`` every ``poll_s`` seconds, until cancelled, and call ``apply`` with each
     setting that differs from the one before (the first read counts as a change: ``apply``
     must be idempotent)."""
-    last: InFlight | None = None
-    while True:
-        got = read_inflight(path)
-        if got is not None and got != last:
-            last = got
-            apply(got)
-        await asyncio.sleep(poll_s)
+    await follow_file(path, read_inflight, apply, poll_s)

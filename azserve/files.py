@@ -1,14 +1,20 @@
-"""Bytes on disk and their checksums: atomic writes (temp file, fsync, rename) and SHA-256."""
+"""Bytes on disk and their checksums: atomic writes (temp file, fsync, rename), SHA-256, and
+a small file followed while it changes."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+P = TypeVar("P", bound="str | Path")
 
 
 def checksum(data: bytes | memoryview) -> str:
@@ -41,3 +47,22 @@ def emit(result: dict[str, Any], path: str | None) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text + "\n")
         print(f"wrote {path}", file=sys.stderr)
+
+
+async def follow(
+    path: P,
+    read: Callable[[P], T | None],
+    apply: Callable[[T], None],
+    poll_s: float,
+) -> None:
+    """Read ``path`` with ``read`` every ``poll_s`` seconds, until cancelled, and call
+    ``apply`` with each value that differs from the one before (None, a missing or unreadable
+    file, is passed over; the first value counts as a change: ``apply`` must be idempotent).
+    The files an ``azserve train`` supervisor writes atomically for its children to follow."""
+    last: T | None = None
+    while True:
+        got = read(path)
+        if got is not None and got != last:
+            last = got
+            apply(got)
+        await asyncio.sleep(poll_s)

@@ -22,6 +22,10 @@ class ReplayConfig:
     """Positions made by a version more than this many versions behind the current one are dropped."""
     reuse_target: float = 4.0
     """Samples trained per sample inserted that the rate limiter holds training to."""
+    reuse_file: str = ""
+    """A file holding the reuse target, followed while the learner runs (``learner.livefile``):
+    ``azserve train``'s autopilot writes it (docs/autopilot.md). Empty: ``reuse_target`` stays
+    fixed."""
     min_size: int = 2_000
     """Fresh positions needed before the first batch may be sampled."""
     seed: int = 0
@@ -210,6 +214,10 @@ class LearnerConfig:
     hung past this keeps its send going in the background and holds up nothing."""
     threads: int = 1
     """torch intra-op threads for training on CPU (0 = torch's default)."""
+    threads_file: str = ""
+    """A file holding the torch threads for training, followed while the learner runs
+    (``learner.livefile``): ``azserve train``'s autopilot writes it (docs/autopilot.md). Empty:
+    ``threads`` stays fixed."""
     status_interval_s: float = 5.0
     """Seconds between status lines (0 = none)."""
     log_every: int = 10

@@ -19,7 +19,6 @@ import torch
 
 from actors.games import make_game
 from azserve.errors import ComponentFailed, ConfigError, WeightsError
-from azserve.metrics import RateMeter, bottleneck
 from azserve.model.device import resolve_device
 from azserve.model.weights import load_weights_file, state_dict_to_bytes
 from azserve.prom import start_endpoint
@@ -35,12 +34,14 @@ from learner.checkpoint import (
 from learner.config import LearnerSettings
 from learner.distributed import PING, STEP, STOP, RankGroup
 from learner.journal import Journal
+from learner.livefile import follow, read_number
 from learner.policystore import Policy
 from learner.prom import learner_registry
 from learner.publisher import Publisher
 from learner.receiver import DuplicateFilter, TrajectoryReceiver
 from learner.replay import Batch, Replay
 from learner.runlog import RunLog
+from learner.status import Status
 from learner.trainer import Trainer
 from learner.versions import VersionCounter
 
@@ -98,6 +99,16 @@ class Learner:
             cfg.replay, cfg.net.obs_shape, cfg.net.num_actions, targets=cfg.trainer.targets()
         )
         self.replay.set_current_version(self.versions.current)
+        # A restarted learner takes the run's current reuse target and threads, not the
+        # configured ones (azserve train's autopilot writes them: learner.livefile).
+        if cfg.replay.reuse_file and (target := read_number(cfg.replay.reuse_file)) is not None:
+            self.replay.set_reuse_target(target)
+            log.info("reuse target %g (%s)", target, cfg.replay.reuse_file)
+        self.threads = cfg.learner.threads
+        """torch threads of the step thread (0: torch's default)."""
+        self._threads_wanted = self.threads
+        if cfg.learner.threads_file and (n := read_number(cfg.learner.threads_file)):
+            self._threads_wanted = int(n)
         # Every accepted game is journaled before it is acked (learner/journal.py).
         self.journal = Journal(self.run_dir / "journal", self.cfg.learner.journal_sync_ms)
         self.journal_sync_failures = 0
@@ -130,13 +141,7 @@ class Learner:
         self.wait_s = 0.0
         self.train_s = 0.0
         self.last: dict[str, float] = {}
-        self._rates = RateMeter()
-        self.inference_busy = 0.0
-        """Mean busy fraction of the servers over the last status interval."""
-        self.learner_busy = 0.0
-        """Fraction of the last status interval spent training (not waiting for data)."""
-        self.server_stats: dict[str, float] = {}
-        """The servers' mean batch and latency percentiles at the last status interval."""
+        self.status = Status(self)
         self.prom, self._step_seconds = learner_registry(self)
 
     def _resume(self) -> None:
@@ -236,13 +241,15 @@ class Learner:
                 await self._skip_past_servers()
             if not self._unsaved:  # servers start on the current weights
                 await _unless_stopped(self._publish(), stop)
-            status = asyncio.create_task(self._status_loop(), name="learner-status")
+            status = asyncio.create_task(self.status.loop(), name="learner-status")
             syncs = asyncio.create_task(self._journal_sync_loop(), name="learner-journal-sync")
+            files = asyncio.create_task(self._follow_files(), name="learner-live-files")
             try:
                 await self._train_loop(stop)
             finally:
                 status.cancel()
                 syncs.cancel()
+                files.cancel()
         finally:
             if metrics is not None:
                 metrics.close()
@@ -308,6 +315,11 @@ class Learner:
         """One update (on the step thread): alone, or as rank 0 of the group, which augments
         the global batch, sends every rank its shard and the learning rate, and trains its own
         shard while the others train theirs."""
+        if self._threads_wanted != self.threads:
+            # On the step thread: under OpenMP a thread keeps the count it started with.
+            log.info("torch threads %d -> %d", self.threads, self._threads_wanted)
+            torch.set_num_threads(self._threads_wanted)
+            self.threads = self._threads_wanted
         if self.group is None:
             return self.trainer.step(batch)
         whole = self.trainer.prepare(batch)
@@ -441,37 +453,8 @@ class Learner:
         return path
 
     def row(self) -> dict[str, Any]:
-        m = self.replay.metrics()
-        rx = self.receiver.stats()
-        if not self.cfg.learner.status_interval_s:  # no status loop: busy since the start
-            self.learner_busy = self.train_s / max(self.train_s + self.wait_s, 1e-9)
-        return {
-            "step": self.trainer.step_count,
-            "version": self.versions.current,
-            "games": self.games,
-            "positions": self.positions,
-            "moves": self.moves,
-            **{k: v for k, v in self.last.items() if k != "step"},
-            "replay_size": m.size,
-            "reuse": m.reuse,
-            "mean_lag": m.mean_lag,
-            "insert_rate": m.insert_rate,
-            "sample_rate": m.sample_rate,
-            "dropped_stale": m.dropped_stale,
-            "games_stored": rx.accepted,
-            "duplicates_dropped": rx.duplicates,
-            "trajectories_rejected": rx.rejected,
-            "auth_refused": rx.auth_refused,
-            "games_by_version": {str(v): n for v, n in sorted(rx.by_version.items())},
-            "checkpoint_failures": self.checkpoint_failures,
-            "versions_restored": self.publisher.restored,
-            "learner_busy": self.learner_busy,
-            "inference_busy": self.inference_busy,
-            **self.server_stats,
-            "bottleneck": bottleneck(
-                {"learner": self.learner_busy, "inference": self.inference_busy}
-            ),
-        }
+        """The learner's status row now (``learner.status``)."""
+        return self.status.row()
 
     def _sync_journal(self) -> None:
         """The journal's group commit when due; a failed fsync is counted and logged (the
@@ -498,55 +481,30 @@ class Learner:
             await asyncio.sleep(window)
             self._sync_journal()
 
-    async def _status_loop(self) -> None:
-        interval = self.cfg.learner.status_interval_s
-        if not interval:
-            return
-        while True:
-            await asyncio.sleep(interval)
-            now = time.monotonic()
-            steps = self.trainer.step_count
-            sps = self._rates.rate("steps", steps, now)
-            dt_train = self._rates.delta("train_s", self.train_s)
-            dt_wait = self._rates.delta("wait_s", self.wait_s)
-            self.learner_busy = dt_train / max(dt_train + dt_wait, 1e-9)
-            self.inference_busy = await self._inference_busy(now)
-            self.runlog.write(self.row(), steps)  # also while waiting, so progress stays visible
-            m = self.replay.metrics()
-            log.info(
-                "steps/s %.2f  samples/s %.0f  loss %.3f (pi %.3f v %.3f)  reuse %.2f  lag %.2f  "
-                "replay %d  v%d  games %d  learner busy %.0f%%  inference busy %.0f%%  "
-                "bottleneck: %s",
-                sps,
-                sps * self.cfg.trainer.batch_size,
-                self.last.get("loss", float("nan")),
-                self.last.get("policy_loss", float("nan")),
-                self.last.get("value_loss", float("nan")),
-                m.reuse,
-                m.mean_lag,
-                m.size,
-                self.versions.current,
-                self.games,
-                100 * self.learner_busy,
-                100 * self.inference_busy,
-                self.row()["bottleneck"],
+    async def _follow_files(self) -> None:
+        """Follow ``replay.reuse_file`` and ``learner.threads_file`` (``azserve train``'s
+        autopilot writes them)."""
+        follows = [
+            follow(path, apply)
+            for path, apply in (
+                (self.cfg.replay.reuse_file, self._set_reuse),
+                (self.cfg.learner.threads_file, self._set_threads),
             )
+            if path
+        ]
+        await asyncio.gather(*follows)
 
-    async def _inference_busy(self, now: float) -> float:
-        """Mean busy fraction of the servers since the last call (their ``busy_s`` counters)."""
-        fractions = []
-        replies = await self.publisher.statuses()
-        statuses = [st for st in replies.values() if st is not None]
-        for server, st in replies.items():
-            if st is not None:
-                fractions.append(min(1.0, self._rates.rate(f"busy {server}", st["busy_s"], now)))
-        if statuses:  # for metrics.jsonl, TensorBoard and the report
-            self.server_stats = {
-                "server_batch": sum(st["mean_batch"] for st in statuses) / len(statuses),
-                "server_latency_p50_ms": max(st["latency_ms"]["p50"] for st in statuses),
-                "server_latency_p99_ms": max(st["latency_ms"]["p99"] for st in statuses),
-            }
-        return sum(fractions) / len(fractions) if fractions else self.inference_busy
+    def _set_threads(self, n: float) -> None:
+        """Taken by the step thread before its next step: torch's thread count is per thread."""
+        self._threads_wanted = int(n)
+
+    def _set_reuse(self, target: float) -> None:
+        before = self.replay.reuse_target
+        if target == before:
+            return
+        self.replay.set_reuse_target(target)
+        log.info("reuse target %g -> %g (%s)", before, target, self.cfg.replay.reuse_file)
+        self._data.set()  # a training loop waiting for credit looks again
 
 
 async def _unless_stopped(work: Any, stop: asyncio.Event) -> None:

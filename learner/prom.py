@@ -47,7 +47,7 @@ class LearnerCollector:
             "azserve_replay_size": ("Positions in the replay window", m.size),
             "azserve_replay_reuse": ("Mean samples per position", m.reuse),
             "azserve_replay_policy_lag": ("Mean versions behind of sampled data", m.mean_lag),
-            "azserve_learner_busy_ratio": ("Fraction of time training", lrn.learner_busy),
+            "azserve_learner_busy_ratio": ("Fraction of time training", lrn.status.learner_busy),
             "azserve_learner_loss": ("Last training loss", lrn.last.get("loss", float("nan"))),
             "azserve_learner_lr": ("Learning rate", lrn.last.get("lr", float("nan"))),
         }

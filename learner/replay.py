@@ -4,11 +4,13 @@ Pure and I/O-free. Positions are kept in preallocated numpy arrays (policies den
 sparse entries for a wide game: ``learner.policystore``, densified per batch); a position whose policy
 version lags the learner's current version by more than ``max_policy_lag`` is never sampled
 again. The rate limiter holds samples-trained / samples-inserted near ``reuse_target`` by making
-training wait for fresh data; inserting never blocks.
+training wait for fresh data; inserting never blocks. The target may move while the learner runs
+(``set_reuse_target``: ``azserve train``'s autopilot, through ``replay.reuse_file``).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +58,8 @@ class ReplayMetrics:
     """Positions returned in batches since the start."""
     reuse: float
     """sampled / inserted."""
+    reuse_target: float
+    """The rate limiter's target now (``replay.reuse_target``, or as last set)."""
     credit: float
     """Positions the rate limiter lets training sample now."""
     insert_rate: float
@@ -83,6 +87,9 @@ class Replay:
     spends one. A batch may be sampled while ``size >= min_size`` and the credit covers it. The
     credit is capped at ``reuse_target * size`` so that credit earned by positions that were
     later evicted (stale or overwritten) cannot be spent on the survivors.
+
+    ``reuse_target`` starts at the config's and may be moved while the learner runs
+    (``set_reuse_target``).
     """
 
     def __init__(
@@ -123,6 +130,8 @@ class Replay:
         self._size = 0  # fresh slots
         self._current_version = 0
         self._credit = 0.0
+        self.reuse_target = cfg.reuse_target
+        """Credit each inserted position earns (``set_reuse_target`` moves it)."""
         self._dropped_stale = 0
         self._dropped_on_insert = 0
         self._overwritten = 0
@@ -206,7 +215,7 @@ class Replay:
         self._head = int((self._head + t) % self.cfg.capacity)
         self._written = min(self._written + t, self.cfg.capacity)
         self._size += t - replaced
-        self._credit += self.cfg.reuse_target * t
+        self._credit += self.reuse_target * t
         self._cap_credit()
         self._inserts.add(t, now)
         return t
@@ -226,8 +235,21 @@ class Replay:
             self._cap_credit()
         return n
 
+    def set_reuse_target(self, target: float) -> None:
+        """Hold reuse near ``target`` from now on. Positions inserted from now on earn the new
+        credit, and the credit held is repriced: what the positions held still owe at the old
+        target they owe ``target / old`` of at the new one (capped at ``target * size`` as
+        always). So a lower target leaves no backlog earned at the old one to train the same
+        positions on while they age; a higher one, set while the learner waits for credit
+        (little held), lets it train at once on what it holds."""
+        if not (target > 0 and math.isfinite(target)):
+            raise ValueError(f"reuse target must be a positive number, got {target}")
+        self._credit *= target / self.reuse_target
+        self.reuse_target = float(target)
+        self._cap_credit()
+
     def _cap_credit(self) -> None:
-        self._credit = min(self._credit, self.cfg.reuse_target * self._size)
+        self._credit = min(self._credit, self.reuse_target * self._size)
 
     def batches_ready(self, batch_size: int) -> int:
         """How many batches of ``batch_size`` the rate limiter allows now (0: wait for data)."""
@@ -288,6 +310,7 @@ class Replay:
             inserted=inserted,
             sampled=sampled,
             reuse=sampled / inserted if inserted else 0.0,
+            reuse_target=self.reuse_target,
             credit=self._credit,
             insert_rate=self._inserts.rate(now),
             sample_rate=self._samples.rate(now),

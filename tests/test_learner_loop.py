@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -31,22 +30,7 @@ GAME = make_game("tictactoe")
 BATCH = 32
 PUBLISH_EVERY = 5
 
-
-@pytest.fixture(autouse=True)
-def restore_torch_threads() -> Iterator[None]:
-    before = torch.get_num_threads()  # the learner sets its own thread count
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture
-def sock_dir(tmp_path: Path) -> Iterator[Path]:
-    """A directory for ipc sockets, short enough for a Unix socket path."""
-    if len(str(tmp_path)) < 80:
-        yield tmp_path
-        return
-    with tempfile.TemporaryDirectory(prefix="az") as d:
-        yield Path(d)
+pytestmark = pytest.mark.usefixtures("restore_torch_threads")
 
 
 def make_config(sock_dir: Path, *extra: str) -> Config:

@@ -186,8 +186,12 @@ def test_train_resume_refuse_and_interrupt(start, tmp_path: Path) -> None:
     old_rows, old_versions = rows, checkpoint_versions(run_dir)
     old_games = rows[-1]["games"]
 
-    # 2. Resume with a larger budget; meanwhile a plain start in the same dir is refused.
-    resumed = start(run_dir, "--resume", "--steps", "100000", "--set", "eval.sims=0")
+    # 2. Resume with a larger budget; meanwhile a plain start in the same dir is refused. Its
+    # final evaluation (400 games, no time limit without a time budget) outlasts any test.
+    resumed = start(
+        run_dir, "--resume", "--steps", "100000", "--set", "eval.sims=0",
+        "--set", "eval.match_games=400", "--set", "eval.match_sims=64",
+    )  # fmt: skip
     refused = start(run_dir, "--steps", "20")
     assert refused.wait(timeout=120) == 1
     assert f"{run_dir} already holds a run: pass --resume" in refused.output
@@ -200,7 +204,15 @@ def test_train_resume_refuse_and_interrupt(start, tmp_path: Path) -> None:
     children = resumed.children()
     assert len(children) == 3, children  # server, learner, one actor process
     resumed.popen.send_signal(signal.SIGINT)
-    assert resumed.wait(timeout=150) == 130, resumed.output
+    # A second Ctrl-C stops the final evaluation's games; the report and summary still come.
+    resumed.until("the final evaluation", lambda: "final evaluation of " in resumed.output)
+    assert "Ctrl-C again stops the final evaluation's games" in resumed.output
+    resumed.popen.send_signal(signal.SIGINT)
+    assert resumed.wait(timeout=60) == 130, resumed.output
+    assert "final evaluation stopped (Ctrl-C)" in resumed.output
+    assert json.loads((run_dir / "summary.json").read_text())["stop_reason"].startswith(
+        "interrupted"
+    )
     assert "stopped: interrupted (Ctrl-C)" in resumed.output
     assert "stopping (interrupted (Ctrl-C))..." in resumed.output
     assert f"resumed from step 20, version {v20} " in resumed.output

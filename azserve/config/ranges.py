@@ -163,6 +163,13 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "autopilot.full_batch": (0.01, 1.0),
     "autopilot.efficiency": (0.05, 1.0),
     "autopilot.decrease": (0.05, 0.95),
+    "autopilot.reuse_min": (0.01, 1000.0),
+    "autopilot.reuse_max": (0.01, 1000.0),
+    "autopilot.reuse_interval_s": (1.0, INF),
+    "autopilot.learner_busy_low": (0.0, 1.0),
+    "autopilot.learner_busy_high": (0.0, 1.0),
+    "autopilot.reuse_step": (1.05, 10.0),
+    "autopilot.max_learner_threads": (0, 1024),
 }
 
 

@@ -136,10 +136,15 @@ class AutopilotConfig:
     """``azserve train``'s games in flight, sized while it runs (``azserve.run.autopilot``,
     docs/autopilot.md): enough leaf rows in flight to fill the server's best batch, more only
     while the server waits for rows. Fewer games in flight finish sooner and lag less behind
-    the learner. Off: every actor process keeps ``actors.games``."""
+    the learner. And the learner's reuse target, moved to where the learner neither idles for
+    credit nor falls behind the positions it is sent, and its torch threads, by which side is
+    the bottleneck (``azserve.run.autopilot_learner``). Off: every actor process keeps
+    ``actors.games``, the learner ``replay.reuse_target`` and ``train.learner_threads``."""
 
     enabled: bool = True
-    """Size games in flight from the server's measurements (false: ``actors.games`` fixed)."""
+    """Size games in flight from the server's measurements, and move the learner's reuse target
+    and threads from its own (false: ``actors.games``, ``replay.reuse_target`` and
+    ``train.learner_threads`` fixed)."""
     interval_s: float = 10.0
     """Seconds between decisions, each on the server's counters over the interval."""
     start_batches: float = 1.0
@@ -152,8 +157,8 @@ class AutopilotConfig:
     busy_low: float = 0.85
     """Below this busy fraction the server waits for rows: one best batch more in flight."""
     busy_high: float = 0.95
-    """At or above this busy fraction, with full batches, rows beyond one best batch only
-    queue: fewer games in flight (by ``1 - decrease``)."""
+    """At or above this busy fraction, with full batches, rows beyond one best batch of each
+    weights version served only queue: fewer games in flight (by ``1 - decrease``)."""
     full_batch: float = 0.9
     """A batch at least this share of the best batch counts as full."""
     efficiency: float = 0.9
@@ -162,13 +167,51 @@ class AutopilotConfig:
     bucket's: a smaller batch nearly as cheap a row needs fewer games in flight (1: the
     fastest bucket only)."""
     decrease: float = 0.7
-    """Rows in flight kept on a decrease (multiplicative; never below one best batch)."""
+    """Rows in flight kept on a decrease (multiplicative; never below one best batch of each
+    weights version served)."""
+    reuse: bool = True
+    """Also move the learner's reuse target (``replay.reuse_target``) within ``reuse_min`` and
+    ``reuse_max`` by the learner's measured busy fraction and the positions it is sent
+    (``azserve.run.autopilot_learner``; false: ``replay.reuse_target`` fixed)."""
+    reuse_min: float = 1.0
+    """Lowest reuse target the autopilot sets (samples trained per sample made)."""
+    reuse_max: float = 8.0
+    """Highest reuse target the autopilot sets (training the same positions more often risks
+    overfitting them)."""
+    reuse_interval_s: float = 30.0
+    """Seconds between the learner side's decisions (threads, then the reuse target), each on the
+    learner's counters over the interval."""
+    learner_busy_low: float = 0.6
+    """Below this busy fraction the learner idles waiting for credit: a higher reuse target."""
+    learner_busy_high: float = 0.9
+    """At or above this busy fraction, with reuse short of the target (credit piling up),
+    the learner is the bottleneck: a lower reuse target."""
+    reuse_step: float = 1.5
+    """Most factor one decision moves the reuse target by, up or down."""
+    threads: bool = True
+    """Also move the learner's torch threads, one at a time, by which side is the bottleneck:
+    a core to the learner when it is and the server idles, one back when the server is and
+    the learner idles (the server follows the idle cores: only with ``train.server_threads =
+    0``; false: ``train.learner_threads`` fixed)."""
+    max_learner_threads: int = 0
+    """Most torch threads the autopilot gives the learner (0: the machine's cores less one)."""
 
     def __post_init__(self) -> None:
         if not self.busy_low < self.busy_high:
             raise ConfigError(
                 f"autopilot.busy_low={self.busy_low}: must be below autopilot.busy_high="
                 f"{self.busy_high} (the band between them is where nothing changes)"
+            )
+        if not self.learner_busy_low < self.learner_busy_high:
+            raise ConfigError(
+                f"autopilot.learner_busy_low={self.learner_busy_low}: must be below "
+                f"autopilot.learner_busy_high={self.learner_busy_high} (the band between them "
+                "is where the reuse target holds)"
+            )
+        if not self.reuse_min <= self.reuse_max:
+            raise ConfigError(
+                f"autopilot.reuse_max={self.reuse_max}: must be at least autopilot.reuse_min="
+                f"{self.reuse_min}"
             )
         if self.max_games and self.max_games < self.min_games:
             raise ConfigError(
@@ -264,6 +307,14 @@ class Config:
                 f"autopilot.max_games={self.autopilot.max_games}: must not exceed actors.games="
                 f"{self.actors.games} (the autopilot moves games in flight below the configured "
                 "count; raise actors.games to allow more)"
+            )
+        ap, target = self.autopilot, self.replay.reuse_target
+        if ap.enabled and ap.reuse and not ap.reuse_min <= target <= ap.reuse_max:
+            raise ConfigError(
+                f"replay.reuse_target={target}: must be within autopilot.reuse_min="
+                f"{ap.reuse_min} and autopilot.reuse_max={ap.reuse_max}, the bounds the "
+                "autopilot moves it in from there (widen them, or set autopilot.reuse=false "
+                "to keep it fixed)"
             )
         if self.client.max_rows > self.server.max_batch_size:
             raise ConfigError(

@@ -13,10 +13,11 @@ measures over each ``autopilot.interval_s``:
 - the server is **starved** (busy below ``autopilot.busy_low``): it waits for rows, so one best
   batch more is put in flight (additive increase);
 - the server is **saturated with rows waiting** (busy at or above ``autopilot.busy_high``, and
-  its mean batch at least ``autopilot.full_batch`` of the best or a best batch of rows queued,
-  as when its batches are part-full because each holds one weights version's rows): rows
-  beyond one batch only queue, so ``batches`` is cut by ``autopilot.decrease`` (multiplicative
-  decrease, down to one best batch);
+  its mean batch at least ``autopilot.full_batch`` of the best or more than a best batch of
+  each weights version queued): rows beyond one batch of each version only queue, so
+  ``batches`` is cut by ``autopilot.decrease`` (multiplicative decrease, down to one best batch
+  of each version: a batch holds one version's rows, ``Measure.versions``);
+- the server is saturated on **part-full batches** with less queued: one best batch more;
 - anything between is a **hold**: the band between the two thresholds is the hysteresis that
   keeps a noisy 2-core machine from see-sawing.
 
@@ -82,6 +83,23 @@ class Measure:
     """Receipt to reply, per request, over the server's recent window."""
     queued_rows: float = 0.0
     """Rows waiting in the server's queue: the mean of the two replies' counts."""
+    versions: float = 1.0
+    """Weights versions the interval's rows were served for, counted by their share of the rows
+    (``(sum r)^2 / sum r^2``: two versions of equal rows are 2, a straggler of a few rows beside
+    a busy one little above 1). A batch holds one version's rows, so this many batches are in
+    flight for one round of every game's leaf."""
+
+
+def served_versions(before: dict[str, Any], after: dict[str, Any]) -> float:
+    """The effective number of weights versions served between two status replies, from their
+    ``versions.served_rows`` (1.0 when the replies do not carry it)."""
+    b = (before.get("versions") or {}).get("served_rows") or {}
+    a = (after.get("versions") or {}).get("served_rows") or {}
+    rows = [int(n) - int(b.get(v, 0)) for v, n in a.items()]
+    rows = [r for r in rows if r > 0]
+    if not rows:
+        return 1.0
+    return max(1.0, sum(rows) ** 2 / sum(r * r for r in rows))
 
 
 def measure(before: dict[str, Any], after: dict[str, Any], seconds: float) -> Measure | None:
@@ -99,6 +117,7 @@ def measure(before: dict[str, Any], after: dict[str, Any], seconds: float) -> Me
         rows_per_s=rows / seconds,
         latency_p50_ms=float(after.get("latency_ms", {}).get("p50", 0.0)),
         queued_rows=(float(before.get("queued_rows", 0)) + float(after.get("queued_rows", 0))) / 2,
+        versions=served_versions(before, after),
     )
 
 
@@ -148,9 +167,10 @@ class Controller:
         """The ``batches`` at which ``games`` reaches ``high`` (raising past it changes nothing)."""
         return self.high * self.rows_per_game / self.best
 
-    def _floor(self) -> float:
-        """One best batch, or ``start_batches`` when that began lower."""
-        return min(1.0, self.cfg.start_batches)
+    def _floor(self, versions: float = 1.0) -> float:
+        """One best batch of each weights version in flight (a batch holds one version's rows),
+        within the most games; or ``start_batches`` when that began lower."""
+        return max(min(1.0, self.cfg.start_batches), min(versions, self._ceiling()))
 
     def set_best(self, best: int) -> None:
         """The server's best batch as its status reply tells it (the config's guess before)."""
@@ -161,10 +181,16 @@ class Controller:
         """``(action, reason)`` for one interval's measure: ``raise``, ``lower`` or ``hold``;
         ``batches`` moves with it."""
         c = self.cfg
-        # Rows beyond a batch wait either way: in full batches, or queued while the batches are
-        # part-full because each holds one weights version's rows (long games, such as shogi's,
-        # span many versions: 128 games over 7 versions made batches of 29 with 95 rows queued).
-        queued = m.queued_rows >= self.best
+        # A batch holds one weights version's rows, so with games over V versions the server
+        # computes one version's batch while the others' rows wait: about (V - 1) batches are
+        # queued at any time, and V best batches in flight are what fills each version's batch.
+        # Rows beyond that wait either way: in full batches, or queued beyond one best batch of
+        # each version (long games, such as shogi's, span many versions: 128 games over 7
+        # versions made batches of 29 with 95 rows queued). Counting one batch for all versions
+        # see-sawed go9 between 32 and 164 games: raised on batches part-full by the split,
+        # lowered on the next interval's queue of the other versions' rows.
+        versions = max(1.0, m.versions)
+        queued = m.queued_rows >= self.best * versions
         full = m.batch >= c.full_batch * self.best or queued
         if m.busy < c.busy_low:
             if self.games() >= self.high:
@@ -172,21 +198,41 @@ class Controller:
             self.batches = min(self.batches + ADDITIVE_BATCHES, self._ceiling())
             return "raise", f"server busy {m.busy:.1%} < {c.busy_low:.0%}: it waits for rows"
         if m.busy >= c.busy_high and full:
-            if self.batches <= self._floor() or self.games() <= self.low:
-                where = "one best batch" if self.games() > self.low else "the fewest games"
+            floor = self._floor(versions)
+            if self.batches <= floor or self.games() <= self.low:
+                where = (
+                    "the fewest games"
+                    if self.games() <= self.low
+                    else "one best batch"
+                    if versions < 1.5
+                    else f"a best batch for each of {versions:.1f} versions"
+                )
                 return "hold", f"saturated with full batches, at {where} in flight"
-            self.batches = max(self._floor(), self.batches * c.decrease)
+            self.batches = max(floor, self.batches * c.decrease)
             waiting = (
                 f"full batches ({m.batch:.1f} of {self.best})"
                 if m.batch >= c.full_batch * self.best
-                else f"{m.queued_rows:.0f} rows queued (batches of {m.batch:.1f}, by version)"
+                else f"{m.queued_rows:.0f} rows queued (batches of {m.batch:.1f} over "
+                f"{versions:.1f} versions)"
             )
             return "lower", (
                 f"server busy {m.busy:.1%} >= {c.busy_high:.0%} with {waiting}: rows beyond "
-                "one batch only queue"
+                "one batch of each version only queue"
             )
-        why = "batches not full" if m.busy >= c.busy_high else "busy within the band"
-        return "hold", f"server busy {m.busy:.1%}, {why}"
+        if m.busy >= c.busy_high:
+            # Saturated on part-full batches with less than a batch waiting: a batch is padded
+            # up to its bucket and holds one weights version's rows, so more rows in flight
+            # fill the batches it computes anyway (shogi: 32 games over 6 versions made
+            # batches of 10, 286 rows/s, against 1,150 rows/s at batches of 34).
+            if self.games() >= self.high:
+                return "hold", f"server busy {m.busy:.1%} on part-full batches, at the most games"
+            self.batches = min(self.batches + ADDITIVE_BATCHES, self._ceiling())
+            return "raise", (
+                f"server busy {m.busy:.1%} on part-full batches ({m.batch:.1f} of {self.best}, "
+                f"{m.queued_rows:.0f} rows queued, {versions:.1f} versions): more rows in "
+                "flight fill them"
+            )
+        return "hold", f"server busy {m.busy:.1%}, busy within the band"
 
 
 class Autopilot:

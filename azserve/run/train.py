@@ -8,6 +8,7 @@ first so that it leaves a resumable checkpoint, evaluates checkpoints as they ap
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import shutil
@@ -25,6 +26,7 @@ from azserve.errors import AzserveError, ConfigError
 from azserve.metrics import RateMeter
 from azserve.run.actor_lives import KILLED_IN_PLAY, actor_lives, killed_in_play
 from azserve.run.autopilot import Autopilot
+from azserve.run.autopilot_learner import LearnerPilot
 from azserve.run.display import Display, Row, bar, human, pct
 from azserve.run.evaluations import RunEvaluations, periodic_deadline
 from azserve.run.ladder_rounds import LadderRounds, rating_text
@@ -66,12 +68,20 @@ class Snapshot:
 def resolve_for_run(cfg: Config, sock_dir: Path) -> Config:
     """The run's config: private ipc endpoints, per-process torch threads, the step budget
     handed to the learner (which stops exactly there; the supervisor only sees logged rows), and
-    with the autopilot on, the games file the actors follow (``azserve.run.autopilot``)."""
+    with the autopilot on, the games file the actors follow (``azserve.run.autopilot``) and the
+    reuse and threads files the learner follows (``azserve.run.autopilot_learner``)."""
     # The two binds are the truth; the endpoints that follow them are cleared so they derive.
+    ap, t = cfg.autopilot, cfg.train
     learner: dict[str, Any] = {
         "bind": f"ipc://{sock_dir}/learner",
         "servers": (),
-        "threads": cfg.train.learner_threads,
+        "threads": t.learner_threads,
+        # The cores the learner leaves go to a server that follows the idle cores.
+        "threads_file": (
+            str(sock_dir / "learner-threads")
+            if ap.enabled and ap.threads and not t.server_threads and t.learner_threads
+            else ""
+        ),
     }
     if cfg.train.steps:
         learner["max_steps"] = cfg.train.steps
@@ -85,6 +95,7 @@ def resolve_for_run(cfg: Config, sock_dir: Path) -> Config:
             "sink": "learner",
             "games_file": str(sock_dir / "games") if cfg.autopilot.enabled else "",
         },
+        replay={"reuse_file": str(sock_dir / "reuse") if ap.enabled and ap.reuse else ""},
         learner=learner,
     )
 
@@ -135,6 +146,7 @@ class Training:
         self._server_status: dict[str, dict[str, Any]] = {}
         self._ladder = LadderRounds(self.cfg, run_dir)
         self._autopilot: Autopilot | None = None
+        self._learner_pilot: LearnerPilot | None = None
 
     def _resolve(self, cfg: Config) -> Config:
         """The config the supervisor works from (the learner's, where roles differ)."""
@@ -208,6 +220,11 @@ class Training:
             self._autopilot = Autopilot(
                 self.cfg, Path(self.cfg.actors.games_file), self.run_dir / "metrics.jsonl"
             )
+        if self.cfg.autopilot.enabled and (
+            self.cfg.replay.reuse_file or self.cfg.learner.threads_file
+        ):
+            # It moves the learner's reuse target and threads from the learner's rows.
+            self._learner_pilot = LearnerPilot(self.cfg, self.run_dir / "metrics.jsonl")
         # server first (actors wait for it), then the learner, then the actors
         for child in self.children:
             child.start()
@@ -240,7 +257,20 @@ class Training:
             # finished, for compare, or replace a resumed run's own).
             self.display.note(f"stopped: {self._stop_reason}; fix the config and run again")
             return code
-        self._evals.final()
+        if interrupted:
+            self.display.note("Ctrl-C again stops the final evaluation's games where they are")
+        # Python's own Ctrl-C for the final evaluation, whatever this process was started with
+        # (a background job, or a pytest-xdist worker's child, starts with SIGINT ignored):
+        # asyncio.run turns it into its games' cancellation.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            self._evals.final()
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            # What the run made is still reported and accounted for (summary.json) below.
+            interrupted = True
+            self.display.note("final evaluation stopped (Ctrl-C): no score of the last checkpoint")
+        finally:
+            signal.signal(signal.SIGINT, previous)
         self._evals.close()
         self._report()
         self.display.note(self.write_summary())
@@ -283,16 +313,7 @@ class Training:
                     "trajectories_undelivered": undelivered,
                     "duplicates_dropped": last.get("duplicates_dropped", 0),
                     "restarts": {c.name: c.restarts for c in self.children},
-                    **(
-                        {
-                            "autopilot": {
-                                "games": self._autopilot.games,
-                                "decisions": self._autopilot.decisions,
-                            }
-                        }
-                        if self._autopilot is not None
-                        else {}
-                    ),
+                    **self._autopilot_summary(),
                     **(
                         {
                             "rating": self._ladder.latest(),
@@ -314,6 +335,15 @@ class Training:
             f"{last.get('duplicates_dropped', 0)} duplicates dropped; "
             f"restarts: {restarts or 'none'}"
         )
+
+    def _autopilot_summary(self) -> dict[str, Any]:
+        """``{"autopilot": {...}}`` for summary.json: where its controllers left the run."""
+        out: dict[str, Any] = {}
+        if self._autopilot is not None:
+            out |= {"games": self._autopilot.games, "decisions": self._autopilot.decisions}
+        if self._learner_pilot is not None:
+            out |= self._learner_pilot.summary()
+        return {"autopilot": out} if out else {}
 
     def _games_in_last_checkpoint(self) -> int:
         """The games the learner's stop checkpoint counts: those stored after the last row of
@@ -434,6 +464,8 @@ class Training:
         metrics = self.run_dir / "metrics.jsonl"
         if metrics.exists():
             rows = read_metrics(metrics)
+            if self._learner_pilot is not None:
+                self._learner_pilot.tick(rows[-1] if rows else None)
             if rows:
                 r = rows[-1]
                 s.step, s.version = int(r.get("step", 0)), int(r.get("version", 0))
@@ -508,6 +540,11 @@ class Training:
                     else []
                 ),
                 *([Row("autopilot", self._autopilot.last)] if self._autopilot is not None else []),
+                *(
+                    [Row("autopilot", self._learner_pilot.last)]
+                    if self._learner_pilot is not None
+                    else []
+                ),
                 *self._extra_rows(),
             ]
         )
