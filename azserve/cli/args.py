@@ -15,16 +15,22 @@ def common(p: argparse.ArgumentParser, config_required: bool = True) -> None:
         required=config_required,
         help="TOML config: a path, or a shipped config's name (tictactoe, connect4, go9, ...)",
     )
+    overrides_arg(p)
+    p.add_argument(
+        "--log-level", type=log_level, default="INFO", help=f"one of {', '.join(LOG_LEVELS)}"
+    )
+
+
+def overrides_arg(p: argparse.ArgumentParser, where: str = "") -> None:
+    """``--set SECTION.KEY=VALUE``, repeatable, into ``args.overrides``; ``where`` says what
+    it applies to when that is not the one config (``in every trial``)."""
     p.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="SECTION.KEY=VALUE",
-        help="override one config value (repeatable)",
-    )
-    p.add_argument(
-        "--log-level", type=log_level, default="INFO", help=f"one of {', '.join(LOG_LEVELS)}"
+        help=f"override one config value{' ' + where if where else ''} (repeatable)",
     )
 
 

@@ -40,6 +40,8 @@ EXAMPLES = {
     "train": "azserve train --config tictactoe --run-dir runs/ttt --minutes 8",
     "compare": "azserve compare --config connect4 --config connect4-puct --minutes 45 "
     "--run-dir runs/ab",
+    "tune": "azserve tune --config connect4 --search mcts.num_simulations=16,32,64 "
+    "--search actors.games=64,128 --hours 2 --run-dir runs/tune-c4",
     "analyze": 'echo \'{"id": 1, "moves": [0, 4]}\' | azserve analyze --checkpoint runs/ttt',
     "play": "azserve play --checkpoint runs/ttt --first agent",
     "eval": "azserve eval --checkpoint runs/c4 --sims 16 --json runs/c4/scores.json",
@@ -71,6 +73,7 @@ COMMANDS = (
     "learn",
     "train",
     "compare",
+    "tune",
     "analyze",
     "play",
     "eval",
