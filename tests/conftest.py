@@ -126,6 +126,39 @@ def tcp_endpoint() -> str:
     return f"tcp://127.0.0.1:{free_tcp_port()}"
 
 
+@pytest.fixture
+def sock_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory for ipc sockets: ``tmp_path``, or a short temporary directory where a socket
+    path in it could exceed the ~107 bytes a Unix socket path may have."""
+    if len(str(tmp_path)) < 80:
+        yield tmp_path
+        return
+    with tempfile.TemporaryDirectory(prefix="az") as d:
+        yield Path(d)
+
+
+@pytest.fixture
+def restore_torch_threads() -> Iterator[None]:
+    """Put torch's thread count back after a test that ran a learner in this process (the
+    learner sets its own)."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+async def start_actors(
+    config: Path, sets: list[str], log: Path, actor_id: str = "a"
+) -> asyncio.subprocess.Process:
+    """A real ``azserve actors`` process on ``config`` with each of ``sets`` as a ``--set``,
+    its output in ``log``."""
+    with log.open("wb") as out:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "azserve.cli.main", "actors", "--config", str(config),
+            "--id", actor_id, *(a for kv in sets for a in ("--set", kv)),
+            stdout=out, stderr=out, cwd=Path(__file__).resolve().parents[1],
+        )  # fmt: skip
+
+
 def server_config(bind: str, **overrides: Any) -> ServerConfig:
     """Test defaults: no status lines; everything else as given."""
     return replace(ServerConfig(bind=bind, status_interval_s=0.0), **overrides)

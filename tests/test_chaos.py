@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -124,6 +125,18 @@ def test_strikes_are_drawn_from_the_seed() -> None:
     assert score({"win": 3, "draw": 2, "loss": 5}) == 0.4 and score(None) is None
 
 
+def run_chaos(
+    argv: list[str], out: Path, timeout: float
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run ``azserve bench chaos`` (``argv``, writing its JSON to ``out``): the process and
+    its result, whose exit status must match its verdict (1 when a check failed)."""
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert done.returncode == (0 if r["verdicts"]["ok"] else 1)
+    return done, r
+
+
 @pytest.mark.faults
 @pytest.mark.cluster
 @pytest.mark.timeout(480)
@@ -137,11 +150,8 @@ def test_chaos_for_ninety_seconds_loses_nothing(tmp_path: Path) -> None:
         "--games", "16", "--net-s", "2,6",
         "--work-dir", str(tmp_path / "fleet"), "--json", str(out),
     ]  # fmt: skip
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=450)
-    assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
-    r = json.loads(out.read_text())
+    done, r = run_chaos(argv, out, timeout=450)
     v = r["verdicts"]
-    assert done.returncode == (0 if v["ok"] else 1)
     failed = [k for k, ok in v.items() if not ok and k != "ok"]
     assert v["ok"], (failed, r["versions_detail"], r["games_abandoned"], r["recovery_s"])
     assert r["strikes"] >= 2 and r["acked_lost"] == 0 and r["duplicates"] == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,17 +33,22 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 def ray_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     # no usage-stats reporting from a test machine (the nodes and the launcher inherit it)
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    # the nodes' sessions in a directory of the test's, not left in the machine's /tmp/ray
+    # (short: Ray's sockets live there, within AF_UNIX's 107 bytes)
+    temp = Path(f"/tmp/azray-{os.getpid()}-c")
+    node = {**NODE, "temp_dir": str(temp)}
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={**NODE, "resources": {"head": 1}, "include_dashboard": False},
+        head_node_args={**node, "resources": {"head": 1}, "include_dashboard": False},
     )
     try:
-        cluster.add_node(**NODE, resources={"east": 1})
-        cluster.add_node(**NODE, resources={"west": 1})
+        cluster.add_node(**node, resources={"east": 1})
+        cluster.add_node(**node, resources={"west": 1})
         cluster.wait_for_nodes()
         yield cluster
     finally:
         cluster.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _processes(marker: str) -> dict[int, str]:

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
+import re
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from azserve.perf.chaos_ray import ray_env as chaos_ray_env
 from tests.netns import NetnsLan, unavailable
 
 pytest.importorskip("ray")
@@ -32,17 +36,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
 def ray_env(keys: Path) -> dict[str, str]:
     """Ray's own token authentication, on: its nodes talk over a network (the token is Ray's
-    shared secret, made here, as `ray get-auth-token --generate` would)."""
-    token = keys.with_name(keys.name + "-ray-token")
-    if not token.exists():
-        token.write_text(secrets.token_hex(32))
-        token.chmod(0o600)
-    return {
-        **os.environ,
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN_PATH": str(token),
-    }
+    shared secret, made beside the keys)."""
+    return chaos_ray_env(keys.with_name(keys.name + "-ray-token"))
 
 
 @pytest.fixture
@@ -58,6 +53,7 @@ def ray_lan(netns_hosts) -> Iterator[tuple[NetnsLan, Path]]:  # type: ignore[no-
     for d in own:
         d.mkdir(parents=True, exist_ok=True)
     env = ray_env(keys)
+    temp = Path(f"/tmp/azray-{os.getpid()}")  # the nodes' sessions, not left in /tmp/ray
     node = [
         "--num-cpus",
         "1",
@@ -80,6 +76,8 @@ def ray_lan(netns_hosts) -> Iterator[tuple[NetnsLan, Path]]:  # type: ignore[no-
                     *node,
                     "--resources",
                     json.dumps({res: 1}),
+                    "--temp-dir",
+                    str(temp / res),
                 ],  # fmt: skip
                 env=env,
                 timeout=180,
@@ -92,6 +90,7 @@ def ray_lan(netns_hosts) -> Iterator[tuple[NetnsLan, Path]]:  # type: ignore[no-
         for d in own:
             shutil.rmtree(d.parent, ignore_errors=True)
         shutil.rmtree(keys, ignore_errors=True)
+        shutil.rmtree(temp, ignore_errors=True)
         keys.with_name(keys.name + "-ray-token").unlink(missing_ok=True)
 
 
@@ -111,7 +110,7 @@ address = "{lan[0].address}:6379"
 name = "s0"
 resources = {{head = 0.01}}
 [learner]
-resources = {{head = 0.01}}
+resources = {{east = 0.01}}
 [[actors]]
 name = "east"
 games = 16
@@ -125,21 +124,43 @@ resources = {{west = 0.01}}
     run_dir = tmp_path / "run"
     argv = [
         sys.executable, "-m", "azserve.cli.main", "launch", "--cluster", str(cluster),
-        "--config", str(TTT), "--run-dir", str(run_dir), "--minutes", "0.6", "--no-progress",
+        "--config", str(TTT), "--run-dir", str(run_dir), "--minutes", "5", "--no-progress",
         "--set", "train.eval_every_s=0", "--set", "eval.match_games=2", "--set", "eval.sims=4",
-        "--set", "train.status_interval_s=2",
+        "--set", "train.status_interval_s=0.5", "--set", "actors.status_interval_s=1",
     ]  # fmt: skip
-    env = ray_env(keys)
-    done = lan[0].run(argv, cwd=REPO, env=env, timeout=360)
-    out = done.stdout[-4000:] + done.stderr[-4000:]
-    assert done.returncode == 0, out
+    # The run goes on until each group has had games acked, then Ctrl-C ends it: not a game
+    # count, which one group can reach before the other's node has started its process (CI
+    # saw it twice: east stored the 40 games that ended the run while west was still starting).
+    out_path = tmp_path / "launch.out"
+    logs = [run_dir / "logs" / "ray" / f"actor-{group}-0.log" for group in ("east", "west")]
+    with out_path.open("w") as out_file:
+        launcher = lan[0].popen(
+            argv, cwd=REPO, env=ray_env(keys), stdout=out_file, stderr=subprocess.STDOUT
+        )
+        try:
+            deadline = time.monotonic() + 240
+            while not all(_acked(log) for log in logs):
+                assert time.monotonic() < deadline, "a group had no game acked in 240 s"
+                assert launcher.poll() is None, out_path.read_text()[-4000:]
+                time.sleep(1)
+            launcher.send_signal(signal.SIGINT)
+            launcher.wait(timeout=150)
+        finally:
+            if launcher.poll() is None:
+                os.killpg(launcher.pid, signal.SIGKILL)
+    stdout = out_path.read_text()
+    assert launcher.returncode == 130, stdout[-4000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["games_stored"] > 0, summary
-    # both groups played, from their own namespaces, over CURVE
-    for group in ("east", "west"):
-        log = (run_dir / "logs" / "ray" / f"actor-{group}-0.log").read_text()
-        assert "games/s" in log and "actor summary" in log, log[-2000:]
-    assert "public key authorized/actors-east.node-" in done.stdout, done.stdout[:4000]
+    # both groups were answered from their own namespaces over CURVE, and their games reached
+    # the learner: each actor process's own summary, logged as Ctrl-C stopped it
+    for log in logs:
+        text = log.read_text()
+        summaries = [json.loads(line.split("actor summary: ", 1)[1])
+                     for line in text.splitlines() if "actor summary: " in line]  # fmt: skip
+        assert summaries, text[-2000:]
+        assert summaries[-1]["evals"]["messages"] > 0 and summaries[-1]["acked"] > 0, text[-2000:]
+    assert "public key authorized/actors-east.node-" in stdout, stdout[:4000]
 
     def files(host_index: int) -> dict[str, list[str]]:
         base = Path("/etc/netns") / lan[host_index].name / keys.name
@@ -150,14 +171,29 @@ resources = {{west = 0.01}}
         }
 
     head, east, west = files(0), files(1), files(2)
-    # each secret key stayed on the node that made it; nothing else holds it
-    assert head["secret"] == ["learner.key_secret", "server-s0.key_secret"]
-    assert east["secret"] == ["actors-east.key_secret"]
+    # each secret key stayed on the node that made it; nothing else holds it: the launcher
+    # (Ray's driver, on the head) has a pair of its own for its status queries, the learner
+    # being on east
+    assert head["secret"] == ["launcher.key_secret", "server-s0.key_secret"]
+    assert east["secret"] == ["actors-east.key_secret", "learner.key_secret"]
     assert west["secret"] == ["actors-west.key_secret"]
-    # the head (server and learner) admits both actor nodes' own keys
-    assert head["authorized"] == ["actors-east", "actors-west"]
+    # the server admits both actor nodes' own keys and the launcher's; the learner, the actors'
+    assert head["authorized"] == ["actors-east", "actors-west", "launcher"]
+    assert east["authorized"] == ["actors-east", "actors-west"]
+    assert head["public"] == ["launcher.key", "learner.key", "server-s0.key"]
     # each actor node got the server's and the learner's public keys, and nothing of the other
     for node, own in ((east, "actors-east.key"), (west, "actors-west.key")):
         assert node["public"] == sorted([own, "learner.key", "server-s0.key"])
-        assert node["authorized"] == []
+    assert west["authorized"] == []
+    # and the launcher's status queries got through, over CURVE with that pair
+    assert re.search(r"server-s0 +\S+ rows/s", stdout), stdout[-3000:]
     assert not list(keys.iterdir())  # the root namespace's own directory stayed empty
+
+
+def _acked(log: Path) -> bool:
+    """Whether an actor process's status lines (pulled into the run dir) show a game acked."""
+    try:
+        text = log.read_text()
+    except FileNotFoundError:
+        return False  # not started yet, or nothing logged
+    return any(int(m) > 0 for m in re.findall(r"trajectories sent \d+ acked (\d+)", text))

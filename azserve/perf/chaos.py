@@ -63,6 +63,15 @@ summary; a killed life's figures are those of its last status line):
 
 The fleet's layout is ``azserve.perf.chaos_fleet``, the books ``azserve.perf.chaos_books``.
 
+``--engine ray`` runs the same fleet and strikes under ``azserve launch`` on the Ray engine
+(``azserve.perf.chaos_ray``): a sixth host, ``head``, runs Ray's head and the launcher and is
+never struck; every role host runs a Ray node with a custom resource named for it, which pins
+its role there; the logs are pulled into ``RUN_DIR/logs/ray/``. A keeper starts a host's Ray
+node again whenever its raylet is gone (a ``host`` strike kills it; Ray's GCS has it exit after a
+partition long enough to mark the node dead), and logs each restart in ``chaos.jsonl``
+(``"event": "ray_node_restart"``, with the strike it followed). docs/reliability.md says what
+Ray survives and what it does not.
+
 ``verdicts.ok`` holds when every check holds; the command exits 1 when one does not.
 """
 
@@ -82,7 +91,7 @@ from pathlib import Path
 from typing import Any
 
 from azserve.errors import AzserveError
-from azserve.perf import chaos_watch
+from azserve.perf import chaos_ray, chaos_watch
 from azserve.perf.chaos_books import account, final_eval, score, wait_bounds
 from azserve.perf.chaos_fleet import (
     GROUPS,
@@ -114,6 +123,8 @@ NETWORK_KINDS = ("partition", "link")
 NET_S = (2.0, 60.0)
 """Seconds a network strike lasts, drawn uniformly (``--net-s``)."""
 STOP_S = (1.0, 20.0)
+PULL_SETTLE_S = 3.0
+"""Under Ray: how long after a kill the log's offset is taken (the pulls' lag)."""
 
 
 @dataclass
@@ -148,9 +159,11 @@ class Injector:
 
     def __init__(self, lan: NetnsLan, run_dir: Path, seed: int, interval: tuple[float, float],
                  recovery_s: float, out: Path, kinds: tuple[str, ...] = KINDS,
-                 net_s: tuple[float, float] = NET_S) -> None:  # fmt: skip
+                 net_s: tuple[float, float] = NET_S, engine: str = "ssh") -> None:  # fmt: skip
         self.lan = lan
         self.run_dir = run_dir
+        self.engine = engine
+        """Where the roles log (``chaos_fleet.log_path``)."""
         self.rng = random.Random(seed)
         self.interval = interval
         self.recovery_s = recovery_s
@@ -165,6 +178,8 @@ class Injector:
         """The delay forwarders' control file, when they run (``chaos_fleet.start_links``)."""
         self.spared: set[int] = set()
         """Pids a host strike leaves alone: the forwarders, which stand for the kernel."""
+        self.current: Strike | None = None
+        """The strike under way (until its recovery is logged, then the last one)."""
 
     def pick(self) -> tuple[str, str]:
         if not self._deck:  # a new round: every kind once, in a seeded order
@@ -187,7 +202,7 @@ class Injector:
         kind, target = self.pick()
         stop_s = round(self.rng.uniform(*STOP_S), 1) if kind == "stop" else None
         host = self.lan[HOST_OF[target]]
-        log = log_path(self.run_dir, self.lan, target)
+        log = log_path(self.run_dir, self.lan, target, self.engine)
         if kind in NETWORK_KINDS:
             return self._network_strike(t0, kind, target, host, log, alive)
         pids = (
@@ -200,6 +215,7 @@ class Injector:
         offset = size(log)
         s = Strike(len(self.strikes) + 1, round(time.monotonic() - t0, 1), kind,
                    role_of(target), target, host.name, pids, stop_s)  # fmt: skip
+        self.current = s
         sig = signal.SIGSTOP if kind == "stop" else signal.SIGKILL
         for pid in pids:
             try:
@@ -215,6 +231,12 @@ class Injector:
                     os.kill(pid, signal.SIGCONT)
                 except ProcessLookupError:
                     pass
+        elif self.engine == "ray":
+            # The launcher pulls a runner's log once a second, and a dead process's tail up to
+            # 2 s later: what comes in meanwhile was written before the kill.
+            since = time.monotonic()
+            time.sleep(PULL_SETTLE_S)
+            return self._recovered(s, target, log, size(log), alive, since)
         return self._recovered(s, target, log, offset, alive)
 
     def _network_strike(
@@ -243,6 +265,7 @@ class Injector:
                 fault, apply = f"delay {ms} ms jitter {jitter} ms", ""
         s = Strike(len(self.strikes) + 1, round(time.monotonic() - t0, 1), kind, role_of(target),
                    target, host.name, [], fault=fault, fault_s=seconds)  # fmt: skip
+        self.current = s
         if apply:
             set_fault(host, apply)
         else:
@@ -260,9 +283,11 @@ class Injector:
             self.net_on = False
         return self._recovered(s, target, log, size(log), alive)
 
-    def _recovered(self, s: Strike, target: str, log: Path, offset: int, alive: Any) -> Strike:
-        """Wait for ``target``'s first sign of work after ``offset`` of its log; log ``s``."""
-        since = time.monotonic()
+    def _recovered(self, s: Strike, target: str, log: Path, offset: int, alive: Any,
+                   since: float | None = None) -> Strike:  # fmt: skip
+        """Wait for ``target``'s first sign of work after ``offset`` of its log; log ``s``, its
+        recovery counted from ``since`` (None: now)."""
+        since = time.monotonic() if since is None else since
         while time.monotonic() - since < self.recovery_s and alive():
             if working(target, read_from(log, offset)):
                 s.recovered_s = round(time.monotonic() - since, 1)
@@ -281,6 +306,11 @@ class Injector:
             flush=True,
         )
         return s
+
+    def last_on(self, host: str) -> Strike | None:
+        """The latest strike on ``host`` (the one under way included), or None."""
+        started = [*self.strikes, *([self.current] if self.current else [])]
+        return next((s for s in reversed(started) if s.host == host), None)
 
     def run(self, t0: float, start_after: Any, until_s: float, alive: Any) -> None:
         """Strike from when ``start_after()`` holds until ``until_s`` after ``t0``."""
@@ -319,6 +349,26 @@ def launch_argv(args: Any, cluster: Path, run_dir: Path) -> list[str]:
     return argv
 
 
+def node_restarted(done: dict[str, Any], injector: Injector, t0: float, out: Path) -> None:
+    """Log a Ray node's restart (``RayFleet.keep``) with the strike on its host it followed."""
+    last = injector.last_on(done["host"])
+    done.update(
+        event="ray_node_restart",
+        t_s=round(time.monotonic() - t0, 1),
+        after_strike=last.n if last else None,
+        after_kind=last.kind if last else None,
+    )
+    with out.open("a") as f:
+        f.write(json.dumps(done) + "\n")
+    print(
+        f"chaos: ray node of {done['target']} started again at {done['t_s']:.0f} s "
+        f"(after strike {done['after_strike']}, {done['after_kind']}): "
+        + ("up" if done["ok"] else f"failed: {done['note']}")
+        + f" in {done['took_s']} s",
+        flush=True,
+    )
+
+
 def main(args: Any) -> dict[str, Any]:
     reason = unavailable()
     if reason is not None:
@@ -329,6 +379,9 @@ def main(args: Any) -> dict[str, Any]:
             f"--kinds {','.join(kinds)}: the network strikes need {why}; or leave them out "
             "(--kinds kill,stop,host)"
         )
+    engine = getattr(args, "engine", "ssh")
+    if engine == "ray" and (why := chaos_ray.ray_unavailable()) is not None:
+        raise AzserveError(f"--engine ray: {why}")
     lo, hi = args.interval
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="azchaos-"))
     if work.exists() and any(work.iterdir()):
@@ -336,10 +389,11 @@ def main(args: Any) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     run_dir = work / "run"
     strikes_log = work / "chaos.jsonl"
-    lan = make_lan(len(HOST_OF))
+    lan = make_lan(chaos_ray.HOSTS if engine == "ray" else len(HOST_OF))
+    fleet = chaos_ray.RayFleet(lan, work) if engine == "ray" else None
     launcher: subprocess.Popen[bytes] | None = None
     injector = Injector(lan, run_dir, args.seed, (lo, hi), args.recovery_s, strikes_log,
-                        kinds, tuple(args.net_s))  # fmt: skip
+                        kinds, tuple(args.net_s), engine)  # fmt: skip
     t0, start = time.monotonic(), chaos_watch.now()
     memory = chaos_watch.MemoryWatch(
         list(HOST_OF), lambda t: role_pids(lan[HOST_OF[t]], t), lambda: injector.net_on
@@ -350,16 +404,22 @@ def main(args: Any) -> dict[str, Any]:
             injector.delays = work / "delays.json"
             links = start_links(lan, injector.delays, work / "links")
             injector.spared = {p.pid for p in links}
-        make_keys(lan, work / "keys")
         cluster = work / "cluster.toml"
-        cluster.write_text(cluster_text(lan, work / "keys", os.getcwd(), args.games))
+        argv, env = launch_argv(args, cluster, run_dir), None
+        if fleet is None:
+            make_keys(lan, work / "keys")
+            cluster.write_text(cluster_text(lan, work / "keys", os.getcwd(), args.games))
+        else:  # the launcher is Ray's driver, on the head host; the strikes count from now
+            fleet.start()
+            cluster.write_text(chaos_ray.cluster_text(lan, fleet.keys, os.getcwd(), args.games))
+            argv, env = fleet.head.argv(argv), fleet.env
+            t0, start = time.monotonic(), chaos_watch.now()
         with (work / "launch.log").open("wb") as out:
             launcher = subprocess.Popen(
-                launch_argv(args, cluster, run_dir),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
             )
+        if fleet is not None:
+            fleet.keep(lambda done: node_restarted(done, injector, t0, strikes_log))
         print(
             f"chaos: seed {args.seed}, {args.minutes:g} min, strikes ({','.join(kinds)}) every "
             f"{lo:g}-{hi:g} s; "
@@ -373,7 +433,7 @@ def main(args: Any) -> dict[str, Any]:
             return proc.poll() is None
 
         def first_version() -> bool:
-            return "published v1 " in read_from(log_path(run_dir, lan, "learner"), 0)
+            return "published v1 " in read_from(log_path(run_dir, lan, "learner", engine), 0)
 
         injector.run(t0, first_version, args.minutes * 60 - args.quiet_s, alive)
         try:
@@ -382,18 +442,22 @@ def main(args: Any) -> dict[str, Any]:
             os.killpg(launcher.pid, signal.SIGKILL)
             code = launcher.wait()
         memory.stop()
-        books = account(run_dir, lan, run_dir / "journal")
+        books = account(run_dir, lan, run_dir / "journal", engine)
     finally:
         memory.stop()
+        if fleet is not None:
+            fleet.stop()  # no node started again while the namespaces go
         if launcher is not None and launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
-        destroy_lan(lan)  # the forwarders too
+        destroy_lan(lan)  # the forwarders too, and every Ray process
+        if fleet is not None:
+            fleet.remove()
         for p in links:
             p.wait()
     strikes = injector.strikes
     recoveries = [s.recovered_s for s in strikes]
     heals = [s.t_s + s.fault_s for s in strikes if s.fault_s is not None]
-    learner_log = read_from(log_path(run_dir, lan, "learner"), 0)
+    learner_log = read_from(log_path(run_dir, lan, "learner", engine), 0)
     flow = chaos_watch.throughput(learner_log, start, heals, 15.0, args.throughput_s)
     evaluation = final_eval(run_dir)
     eval_score = score((evaluation or {}).get("vs_random"))
@@ -428,6 +492,7 @@ def main(args: Any) -> dict[str, Any]:
     }
     verdicts["ok"] = all(verdicts.values())
     result = {
+        **({"engine": engine} if fleet else {}),  # under ssh, the result of before
         "seed": args.seed,
         "minutes": args.minutes,
         "interval_s": [lo, hi],
@@ -442,6 +507,7 @@ def main(args: Any) -> dict[str, Any]:
         "max_recovery_s": max((r for r in recoveries if r is not None), default=None),
         "recovery_s": recoveries,
         "restarts": summary.get("restarts", {}),
+        **({"ray_node_restarts": chaos_ray.summary(fleet.restarts)} if fleet else {}),
         "memory_peak_mb": {t: round(mb) for t, mb in memory.peak_mb.items()},
         "memory_peak_in_strike_mb": {t: round(mb) for t, mb in memory.peak_in_strike_mb.items()},
         "memory_bound_mb": args.memory_mb,

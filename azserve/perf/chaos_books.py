@@ -68,11 +68,11 @@ def _rising(xs: list[int]) -> bool:
     return all(a <= b for a, b in zip(xs, xs[1:], strict=False))
 
 
-def account(run_dir: Path, lan: NetnsLan, journal: Path) -> dict[str, Any]:
-    """The run's books: see the module docstring."""
+def account(run_dir: Path, lan: NetnsLan, journal: Path, engine: str = "ssh") -> dict[str, Any]:
+    """The run's books (see the module docstring), from the logs where ``engine`` puts them."""
     stored_by_actor, duplicates = journal_games(journal)
     by_group = {
-        g: actor_lives(read_from(log_path(run_dir, lan, g), 0).splitlines()) for g in GROUPS
+        g: actor_lives(read_from(log_path(run_dir, lan, g, engine), 0).splitlines()) for g in GROUPS
     }
     lives = [life for g in GROUPS for life in by_group[g]]
     abandoned: dict[str, int] = {}
@@ -93,9 +93,11 @@ def account(run_dir: Path, lan: NetnsLan, journal: Path) -> dict[str, Any]:
         else:
             add("not delivered at stop", max(0, life.finished - stored))
     stored_total = sum(stored_by_actor.values())
-    learner_text = read_from(log_path(run_dir, lan, "learner"), 0)
+    learner_text = read_from(log_path(run_dir, lan, "learner", engine), 0)
     published = [int(v) for v in PUBLISHED.findall(learner_text)]
-    servers = {s: list(_lives_of_servers(read_from(log_path(run_dir, lan, s), 0))) for s in SERVERS}
+    servers = {
+        s: list(_lives_of_servers(read_from(log_path(run_dir, lan, s, engine), 0))) for s in SERVERS
+    }
     monotonic = {
         "learner_published": _rising(published),
         **{f"server_{s}_caught_up": _caught_up(ls) for s, ls in servers.items()},

@@ -1,7 +1,7 @@
 """The chaos fleet's layout (``azserve bench chaos``): five namespaced hosts, one role each,
-their cluster file and keys, where each role logs, its process, and the log lines that show it
-at work. Shared by the injector (``azserve.perf.chaos``) and the books
-(``azserve.perf.chaos_books``)."""
+their ssh cluster file and keys (Ray's: ``azserve.perf.chaos_ray``), where each role logs, its
+process, and the log lines that show it at work. Shared by the injector
+(``azserve.perf.chaos``) and the books (``azserve.perf.chaos_books``)."""
 
 from __future__ import annotations
 
@@ -71,8 +71,10 @@ def make_keys(lan: NetnsLan, keys: Path) -> None:
         create_pair(keys / host, f"actors-{host}")
 
 
-def log_path(run_dir: Path, lan: NetnsLan, target: str) -> Path:
-    host = lan[HOST_OF[target]].name
+def log_path(run_dir: Path, lan: NetnsLan, target: str, engine: str = "ssh") -> Path:
+    """Where ``target``'s log is: ``logs/HOST/NAME.log`` under ssh, ``logs/ray/NAME.log``
+    under Ray (the launcher pulls each runner's log there, every life appended)."""
+    host = "ray" if engine == "ray" else lan[HOST_OF[target]].name
     name = target if target == "learner" else f"server-{target}" if target in SERVERS else None
     return run_dir / "logs" / host / (f"{name}.log" if name else f"actor-{target}-0.log")
 

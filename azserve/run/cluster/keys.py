@@ -10,6 +10,9 @@ starts the processes, and checks each one holds no secret key before it leaves i
 - every actor host's ``actors-H.key`` to ``KEYS/authorized/`` on every server and the learner;
 - every server's ``server-S.key`` to the learner and the actor hosts of the groups it serves;
 - the learner's ``learner.key`` to every server and every actor host.
+
+The launcher's status queries use the learner's pair (it runs beside the learner), or under Ray
+its own, ``launcher`` (``status_auth``).
 """
 
 from __future__ import annotations
@@ -67,12 +70,19 @@ def role_auth(
     )
 
 
+LAUNCHER = "launcher"
+"""The pair of the launcher's own status queries under Ray (``RayEngine.distribute_keys``)."""
+
+
 def status_auth(spec: ClusterSpec, learner_host: str, endpoints: dict[str, str]) -> AuthConfig:
-    """The launcher's status queries: it runs beside the learner and uses the learner's pair,
-    which every server admits."""
+    """The launcher's status queries. Under ssh and Slurm it runs beside the learner and uses
+    the learner's pair, which every server admits; under Ray it runs on Ray's driver node,
+    wherever the learner was placed, with its own pair (``launcher``, made on that node and
+    admitted by every server)."""
     k = keys_dir(spec, learner_host)
+    pair = LAUNCHER if spec.engine == "ray" else "learner"
     return AuthConfig(
-        client_secret_key=str(k / "learner.key_secret"),
+        client_secret_key=str(k / f"{pair}.key_secret"),
         server_public_keys=_server_endpoints(k, spec, endpoints),
     )
 
@@ -147,4 +157,4 @@ def _write(engine: Any, host: str, path: Path, data: bytes) -> None:
         raise ConfigError(f"{host}:{path}: cannot write: {r.stderr.decode(errors='replace')}")
 
 
-__all__ = ["actor_key", "distribute", "role_auth", "status_auth"]
+__all__ = ["LAUNCHER", "actor_key", "distribute", "role_auth", "status_auth"]

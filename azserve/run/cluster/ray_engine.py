@@ -6,8 +6,12 @@ Each plan process runs under a small Ray actor, the *runner*, which starts the w
 
 - the actor processes' runners exit when their process dies, so Ray restarts them (a new
   runner, a new process) up to ``ray.max_restarts`` times;
-- servers and the learner are restarted by the launcher's supervisor instead, pinned to the node
-  they first ran on (their address is in every other process's config);
+- servers and the learner are restarted by the launcher's supervisor instead, pinned to the IP
+  of the node they first ran on (their address is in every other process's config): a Ray node
+  restarted on that host has a new node id and takes them back;
+- a runner that does not answer (``ActorUnavailableError``, a timeout: a partition, a loaded
+  node) is not taken for dead until ``UNREACHABLE_S``; Ray says ``ActorDiedError`` once the
+  runner or its node is gone (its health check: 5 failed checks 3 s apart by default);
 - a runner that dies (or is killed) closes the watchdog's stdin, which stops its process: no
   azserve process outlives its runner.
 
@@ -27,13 +31,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from azserve.errors import ConfigError
+from azserve.errors import AzserveError, ConfigError
 from azserve.run.cluster.engines import remote_argv
+from azserve.run.cluster.keys import LAUNCHER
 from azserve.run.cluster.plan import RoleProc
 from azserve.run.cluster.spec import ClusterSpec, Placement
 from azserve.run.supervisor import Child
 
 LOG_CHUNK = 1 << 20
+START_S = 300.0
+"""How long ``RayChild.start`` may take to place a runner, retries on other nodes included."""
+PLACE_S = 60.0
+"""How long one placement may take before the node is tried no more (a node that died before
+Ray's health check said so takes the runner and never starts it)."""
+UNREACHABLE_S = 120.0
+"""A runner that has not answered for this long counts as gone. Longer than Ray takes to
+declare a cut-off node dead (5 health checks of 10 s, 3 s apart: about 65 s with its
+defaults), after which its runners are reported dead (``ActorDiedError``) and their node's
+raylet stops them once it hears of it: Ray normally says first, and a restart does not run the
+role twice."""
 
 
 class RoleRunner:
@@ -109,12 +125,17 @@ class RayChild(Child):
     runner_args: tuple[Any, ...] = ()
     group: bool = False
     """An actor process: Ray restarts it; the launcher only counts the restarts."""
+    pin_ip: str = ""
+    """A server or the learner: the IP of the node chosen for it (empty: Ray places it)."""
+    pin_node: str = ""
+    """The id of the node chosen for it at launch."""
     runner: Any = None
     info: dict[str, Any] = field(default_factory=dict)
     _log_instance: str = ""
     _log_remote_offset: int = 0
     _pump: threading.Thread | None = None
     _unreachable_since: float = 0.0
+    _starts: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> None:
@@ -123,13 +144,75 @@ class RayChild(Child):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.log_offset is None:
             self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        remote_cls = ray.remote(RoleRunner)
-        self.runner = remote_cls.options(**self.options).remote(*self.runner_args)
-        self.info = ray.get(self.runner.info.remote(), timeout=300)
+        self._place(ray.remote(RoleRunner))
         self._unreachable_since = 0.0
         if self._pump is None:
             self._pump = threading.Thread(target=self._pump_logs, daemon=True, name=self.name)
             self._pump.start()
+
+    def _place(self, remote_cls: Any) -> None:
+        """Start the runner; a pinned one on a live node at ``pin_ip``, trying the next such
+        node when one does not take it within ``PLACE_S``, for up to ``START_S`` in all."""
+        import ray
+        import ray.exceptions as rx
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if self.runner is not None:  # a restart: the old runner, and so its process, goes
+            try:
+                ray.kill(self.runner, no_restart=True)
+            except rx.RayError:
+                pass  # gone already
+        deadline = time.monotonic() + START_S
+        tried: set[str] = set()
+        while True:
+            # A name per start: the old runner's may not be released yet (Ray refuses a taken one).
+            self._starts += 1
+            options = dict(self.options)
+            if self._starts > 1 and "name" in options:
+                options["name"] = f"{options['name']}-{self._starts}"
+            node = ""
+            if self.pin_ip:
+                node = self._node_at(tried, deadline)
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+            self.runner = remote_cls.options(**options).remote(*self.runner_args)
+            left = deadline - time.monotonic()
+            try:
+                self.info = ray.get(
+                    self.runner.info.remote(),
+                    timeout=max(1.0, min(PLACE_S, left) if self.pin_ip else left),
+                )
+                return
+            except (rx.RayActorError, rx.GetTimeoutError, rx.ActorUnschedulableError):
+                ray.kill(self.runner, no_restart=True)
+                self.runner = None
+                if not self.pin_ip or time.monotonic() >= deadline:
+                    raise
+                tried.add(node)
+
+    def _node_at(self, tried: set[str], deadline: float) -> str:
+        """A live node at ``pin_ip`` not in ``tried``, waiting for one until ``deadline``. After
+        a restart of the host's Ray node, its old node may still count as alive (until Ray's
+        health check says otherwise): a node other than the one the role last ran on goes
+        first."""
+        import ray
+
+        last = self.info.get("node_id", "")
+        while True:
+            alive = [
+                n["NodeID"]
+                for n in ray.nodes()
+                if n.get("Alive") and n["NodeManagerAddress"] == self.pin_ip
+            ]
+            fits = [n for n in alive if n not in tried]
+            fits.sort(key=lambda n: (n == last, n != self.pin_node))
+            if fits:
+                return fits[0]
+            if time.monotonic() >= deadline:
+                raise AzserveError(
+                    f"{self.name}: no live Ray node at {self.pin_ip} took it within "
+                    f"{START_S:g} s (nodes there: {alive or 'none'}; tried: {sorted(tried)})"
+                )
+            time.sleep(1.0)
 
     def _call(self, method: str, *args: Any, timeout: float = 10.0) -> Any:
         import ray
@@ -147,13 +230,18 @@ class RayChild(Child):
                 self._note_restart()
             self._unreachable_since = 0.0
             return code if not self.group else None
-        except (rx.RayActorError, rx.GetTimeoutError, rx.ActorUnavailableError):
+        except (rx.ActorUnavailableError, rx.GetTimeoutError):
+            pass  # no answer (a partition, a loaded node): not dead, Ray says when it is
+        except rx.RayActorError:
             if not self.group:
                 return 137  # the runner is gone: the supervisor restarts the role
-            # Ray is restarting it; only a runner gone for good (restarts used up) ends it.
-            now = time.monotonic()
-            self._unreachable_since = self._unreachable_since or now
-            return 1 if now - self._unreachable_since > 120 else None
+        # A group's runner is restarted by Ray; only one gone for good (restarts used up) ends
+        # it. A pinned runner that does not answer is waited for up to UNREACHABLE_S.
+        now = time.monotonic()
+        self._unreachable_since = self._unreachable_since or now
+        if now - self._unreachable_since <= UNREACHABLE_S:
+            return None
+        return 1 if self.group else 137
 
     def _note_restart(self) -> None:
         info = self._call("info")
@@ -345,8 +433,6 @@ class RayEngine:
         return {g.name: ("",) for g in self.spec.actors}
 
     def child(self, proc: RoleProc) -> Child:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         group = proc.role == "actors"
         options: dict[str, Any] = {
             "num_cpus": 0,
@@ -356,10 +442,7 @@ class RayEngine:
             "name": f"azserve-{self.run_id}-{proc.name}",
             "max_restarts": self.spec.ray.max_restarts if group else 0,
         }
-        if proc.name in self._chosen:
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-                self._chosen[proc.name]["NodeID"], soft=False
-            )
+        chosen = self._chosen.get(proc.name, {})
         argv = remote_argv(proc, self.run_id, sys.executable)
         env = {"PYTHONUNBUFFERED": "1"}
         log = self.run_dir / "logs" / "ray" / f"{proc.name}.log"
@@ -371,6 +454,8 @@ class RayEngine:
             options=options,
             runner_args=(argv, env, group),
             group=group,
+            pin_ip=chosen.get("NodeManagerAddress", ""),
+            pin_node=chosen.get("NodeID", ""),
         )
 
     def distribute_keys(self, procs: list[RoleProc]) -> list[str]:
@@ -382,7 +467,10 @@ class RayEngine:
           pair; its public key goes to ``authorized/actors-G.node-ID.key`` on every server's
           and the learner's node;
         - server S's node makes ``server-S``: to the learner's node and every node of the
-          groups it serves; the learner's node makes ``learner``: to every other node.
+          groups it serves; the learner's node makes ``learner``: to every other node;
+        - the launcher's own node (Ray's driver, wherever the learner runs) makes
+          ``launcher``, the pair of its status queries: to ``authorized/`` on every server's
+          node, and every server's public key comes to it.
 
         Returns ``"FILE: FROM -> TO"`` lines (node ids shortened to 8 characters)."""
         import ray
@@ -404,6 +492,8 @@ class RayEngine:
         groups: dict[str, list[str]] = {}  # group -> node ids it may run on
         for name, chosen in self._chosen.items():
             made.setdefault(chosen["NodeID"], []).append(name)
+        here = ray.get_runtime_context().get_node_id()
+        made.setdefault(here, []).append(LAUNCHER)
         for g in self.spec.actors:
             want = dict(g.resources)
             fits = [
@@ -429,8 +519,8 @@ class RayEngine:
         done: list[str] = []
 
         def send(src: str, name: str, dest: str, rel: str) -> None:
-            if dest == src and "/" not in rel:
-                return  # made there: already in place
+            if dest == src and "/" not in rel or rel in writes.get(dest, {}):
+                return  # made there, or sent there already
             writes.setdefault(dest, {})[rel] = publics[src][name]
             done.append(f"{rel}: {src[:8]} -> {dest[:8]}")
 
@@ -445,6 +535,9 @@ class RayEngine:
                 send(node, server, dest, f"{server}.key")
         for dest in nodes:
             send(learner_node, "learner", dest, "learner.key")
+        for server, node in server_node.items():
+            send(here, LAUNCHER, node, f"authorized/{LAUNCHER}.node-{here[:8]}.key")
+            send(node, server, here, f"{server}.key")
         ray.get([on(node, node_write, files) for node, files in writes.items()])
         return done
 
