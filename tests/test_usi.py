@@ -20,7 +20,7 @@ from actors.games.chess.rules import Chess
 from actors.games.shogi.rules import Shogi
 from actors.search import MCTSConfig
 from azserve.config.schema import load_config, to_dict
-from azserve.engines.protocol import ProtocolError, clock_ms
+from azserve.engines.commands import ProtocolError, clock_ms
 from azserve.engines.search import EngineSearch, engine_mcts
 from azserve.engines.uci import Engine
 from azserve.engines.usi import OPTIONS, Limits, Loaded, UsiEngine, parse_go

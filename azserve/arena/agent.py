@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from actors.games import Game, State, make_game
-from actors.search import PLAY_ALGORITHM, MCTSConfig
+from actors.search import PLAY_ALGORITHM, MCTSConfig, Proof, SearchResult
 from actors.searches import make_search
 from azserve.backends import make_backend
 from azserve.backends.base import Backend, BackendConfig, TorchConfig
@@ -165,6 +165,9 @@ class Analysis:
     value: float
     move: int
     visits: np.ndarray | None
+    proof: Proof | None = None
+    """With ``mcts.solver`` and sims > 0: what the search proved at the root (per action,
+    ``[A]``); the move is then the proof's (``PuctMoves.choose``'s rule)."""
 
 
 class Agent:
@@ -224,18 +227,22 @@ class Agent:
             return [Analysis(p, float(v), int(np.argmax(p)), None) for p, v in zip(policy, values)]
         cfg = replace(self.mcts_cfg, num_simulations=sims, algorithm=PLAY_ALGORITHM)
 
-        async def one(i: int, s: State) -> np.ndarray:
+        async def one(i: int, s: State) -> SearchResult:
             mcts = make_search(self.game, cfg, np.random.default_rng([self.seed, i]))
-            return (await mcts.search(s, self.evaluator, add_noise=False)).visits
+            return await mcts.search(s, self.evaluator, add_noise=False)
 
-        visits = await asyncio.gather(*(one(i, s) for i, s in enumerate(states)))
+        results = await asyncio.gather(*(one(i, s) for i, s in enumerate(states)))
         out = []
-        for p, v, n, s in zip(policy, values, visits, states):
-            # Most visited; ties go to the higher prior (a stable, legal choice).
-            best = np.flatnonzero(n == n.max())
-            move = int(best[np.argmax(p[best])])
+        for p, v, r, s in zip(policy, values, results, states):
+            n, proof = r.visits, r.proof
+            # Most visited; ties go to the higher prior (a stable, legal choice). With the
+            # solver: a proven win's or loss's own move, else never a proven loss.
+            forced = -1 if proof is None else proof.forced()
+            weights = n if proof is None else proof.allowed(n, r.root_prior)
+            best = np.flatnonzero(weights == weights.max())
+            move = forced if forced >= 0 else int(best[np.argmax(p[best])])
             assert self.game.legal_mask(s)[move]
-            out.append(Analysis(p, float(v), move, n))
+            out.append(Analysis(p, float(v), move, n, proof))
         return out
 
     def analyze_sync(self, states: list[State], sims: int) -> list[Analysis]:

@@ -7,9 +7,14 @@ to start from instead. A field the request does not know is an error naming it (
 closest known one), never silently ignored. Output, one line per input line, in order:
 ``{"id": ..., "policy": [A floats], "value": v, "move": m, "move_text": "e4", "visits": [A ints]}``
 (``visits`` only with sims > 0), or ``{"id": ..., "error": "...", "field": "..."}`` for a bad
-line; the engine goes on. A Go checkpoint also takes requests in the shape of KataGo's
-analysis engine (vertices, komi, rules, board size, turns, visits), answered with one line per
-turn asked for (vertices, win rates, priors, principal variations):
+line; the engine goes on. With the checkpoint's ``mcts.solver`` on (and sims > 0) a row also
+has what the search proved (``proven``): ``"proven": {"result": "win", "value": 1.0, "plies":
+3}`` for the root (null while unproven; plies to the game's end, the shortest win or the
+longest loss) and ``"proven_moves"``, each proven move's ``{"move": a, "move_text": ...,
+"result": ..., "value": ..., "plies": ...}`` by action (value for the side to move, plies
+counting the move); ``move`` is then the proof's. A Go checkpoint also takes requests in the
+shape of KataGo's analysis engine (vertices, komi, rules, board size, turns, visits), answered
+with one line per turn asked for (vertices, win rates, priors, principal variations):
 ``azserve.engines.gtp.analyze``. Lines already waiting are analysed together, so bulk input
 runs at batched speed while an interactive caller gets each answer as soon as its line is read.
 """
@@ -24,6 +29,9 @@ import sys
 import threading
 from typing import IO, Any
 
+import numpy as np
+
+from actors.search import Proof
 from azserve.arena.agent import Agent, agent_from_checkpoint, run_sync
 from azserve.engines.gtp.analyze import (
     GoRequest,
@@ -107,6 +115,24 @@ def _parse_obj(obj: dict[str, Any], agent: Agent, game_name: str) -> tuple[Any, 
     return obj.get("id"), state
 
 
+def _result(value: float, plies: int) -> dict[str, Any]:
+    """One proven result as the JSON shows it (``value`` for the side choosing)."""
+    word = "win" if value > 0 else "loss" if value < 0 else "draw"
+    return {"result": word, "value": float(value), "plies": int(plies)}
+
+
+def proven(proof: Proof, agent: Agent, state: Any) -> dict[str, Any]:
+    """A row's ``proven`` (the root's result, None while unproven) and ``proven_moves`` (each
+    proven move's, by action) from the solver's ``proof`` ([A])."""
+    moves = [
+        {"move": int(a), "move_text": agent.game.format_move_at(state, int(a)),
+         **_result(proof.values[a], proof.action_plies[a])}
+        for a in np.flatnonzero(proof.action_plies >= 0)
+    ]  # fmt: skip
+    root = None if proof.value is None else _result(proof.value, proof.plies)
+    return {"proven": root, "proven_moves": moves}
+
+
 def _line_id(line: str) -> Any:
     try:
         obj = json.loads(line)
@@ -157,6 +183,8 @@ def analyze_lines(
             }
             if a.visits is not None:
                 row["visits"] = [int(v) for v in a.visits]
+            if a.proof is not None:
+                row.update(proven(a.proof, agent, state))
             out[i] = [row]
     if go_requests:
         answers = run_sync(

@@ -17,6 +17,11 @@ anything else waits for the search's end. About twice a second, and once at the 
 where the dialect reports mates). A ``go infinite`` or ``go ponder`` search whose tree is full
 (``MAX_VISITS``) waits for ``stop`` before its ``bestmove``, as both protocols ask.
 
+With the solver (``mcts.solver``) a proven root is scored from its proof (``proven_score``:
+``score mate N`` in the dialect's unit, ``cp 0`` for a draw) and ends the search
+(``azserve.engines.search.settled``): a ``go`` with limits answers at once with the proof's
+move; a ``go infinite`` or ``go ponder`` shows its info line and idles until ``stop``.
+
 Anything malformed (an unknown command, a bad position, an illegal move, a bad number or
 option value) is answered ``info string error ...`` (``ProtocolError``), an unknown option
 ``info string unknown option ...``, and the engine keeps its last good position.
@@ -25,134 +30,26 @@ option value) is answered ``info string error ...`` (``ProtocolError``), an unkn
 from __future__ import annotations
 
 import asyncio
-import math
 import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
+from actors.search import SOLVED_WIN
+from azserve.engines.commands import (
+    Limits,
+    Option,
+    ProtocolError,
+    centipawns,
+)
 from azserve.engines.search import EngineSearch, Progress
 
 INFO_EVERY_S = 0.5
-MARGIN_MS = 30
-"""Kept back from every time budget for the reply's way to the GUI (``MoveOverhead``)."""
-MAX_NODES = 1_000_000
 IDLE_POLL_S = 0.01
 """How often a search that has finished but must wait for ``stop`` reads its input."""
-
-
-class ProtocolError(Exception):
-    """A malformed or illegal command: its message follows ``info string error``."""
-
-
-@dataclass
-class Limits:
-    """One ``go``'s limits: simulations, milliseconds, or neither (until ``stop``)."""
-
-    nodes: int | None = None
-    movetime_ms: float | None = None
-    infinite: bool = False
-    ponder: bool = False
-    """``go ponder``: search without limits until ``ponderhit`` (then these limits, counted
-    from it) or ``stop``."""
-    note: str = ""
-    """What the engine made of a limit it has no such thing for (``depth``, ``mate``)."""
-
-
-def depth_nodes(depth: int) -> int:
-    """The node budget of ``go depth N``: a tree's depth grows with the log of its nodes, so
-    each ply doubles the budget, from 16 at depth 1 up to 2**17 (about 131,000)."""
-    return 2 ** min(max(depth, 1) + 3, 17)
-
-
-def read_go(
-    words: Sequence[str], keys: Sequence[str], flags: Sequence[str], signed: Sequence[str] = ()
-) -> tuple[dict[str, int], set[str]]:
-    """``go``'s words as (``key N`` numbers, bare flags); ProtocolError for an unknown word, a
-    missing or bad number, or a negative one (but for the ``signed`` keys: clocks run out)."""
-    nums: dict[str, int] = {}
-    seen: set[str] = set()
-    i = 0
-    while i < len(words):
-        w = words[i]
-        if w in flags:
-            seen.add(w)
-        elif w in keys:
-            if i + 1 >= len(words):
-                raise ProtocolError(f"go: {w} needs a number")
-            try:
-                nums[w] = int(words[i + 1])
-            except ValueError:
-                raise ProtocolError(f"go: {w} {words[i + 1]!r} is not a whole number") from None
-            if nums[w] < 0 and w not in signed:
-                raise ProtocolError(f"go: {w} {nums[w]} is negative")
-            i += 1
-        else:
-            raise ProtocolError(f"go: unknown limit {w!r}")
-        i += 1
-    return nums, seen
-
-
-def clock_ms(left: int, inc: int, togo: int, margin_ms: float, byoyomi: int = 0) -> float:
-    """The milliseconds a move may take with ``left`` on the clock: a ``togo``-th of it plus
-    three quarters of the increment, never more than half of what is left, plus the whole
-    ``byoyomi`` (USI's time per move once the main time is spent), less ``margin_ms``."""
-    share = max(left, 0) / max(togo, 1) + 0.75 * inc
-    return max(1.0, min(share, max(left, 0) / 2) + byoyomi - margin_ms)
-
-
-@dataclass(frozen=True)
-class Option:
-    """An engine option as the handshake announces it."""
-
-    name: str
-    kind: str
-    """``spin``, ``combo`` or ``check``."""
-    default: Any
-    low: int = 0
-    high: int = 0
-    choices: tuple[str, ...] = ()
-    help: str = ""
-
-    def line(self) -> str:
-        if self.kind == "spin":
-            return f"option name {self.name} type spin default {self.default} min {self.low} max {self.high}"
-        if self.kind == "check":
-            return f"option name {self.name} type check default {str(self.default).lower()}"
-        return f"option name {self.name} type combo default {self.default} " + " ".join(
-            f"var {c}" for c in self.choices
-        )
-
-    def parse(self, text: str) -> Any:
-        """The option's value from ``setoption``'s text; ProtocolError when out of range."""
-        if self.kind == "spin":
-            try:
-                v = int(text)
-            except ValueError:
-                raise ProtocolError(
-                    f"setoption {self.name}: {text!r} is not a whole number"
-                ) from None
-            if not self.low <= v <= self.high:
-                raise ProtocolError(f"setoption {self.name}: {v} is not in {self.low}..{self.high}")
-            return v
-        if self.kind == "check":
-            if text.lower() not in ("true", "false"):
-                raise ProtocolError(f"setoption {self.name}: {text!r}: expected true or false")
-            return text.lower() == "true"
-        if text.lower() not in self.choices:
-            raise ProtocolError(
-                f"setoption {self.name}: {text!r}: expected one of {', '.join(self.choices)}"
-            )
-        return text.lower()
-
-
-def centipawns(value: float) -> int:
-    """Leela's map from a value in (-1, 1) to centipawns (clipped to +-12,800)."""
-    v = max(-0.999, min(0.999, value))
-    return int(round(max(-12800.0, min(12800.0, 111.714640912 * math.tan(1.5620688421 * v)))))
 
 
 @dataclass
@@ -287,6 +184,19 @@ class LineEngine:
         whose best move's value is ``value``: ``cp N`` by default."""
         return f"cp {centipawns(value)}"
 
+    mate_unit = "plies"
+    """How ``score mate N`` counts (``proven_score``): ``plies`` (USI) or ``moves`` (UCI:
+    full moves, the mating one included)."""
+
+    def proven_score(self, value: float, plies: int) -> str:
+        """The ``score`` of a root the solver proved (``value`` for the side to move, ``plies``
+        to the game's end): ``mate N`` for a win, ``mate -N`` for a loss (in ``mate_unit``),
+        else ``cp`` of the exact value (a draw: ``cp 0``)."""
+        if abs(value) < SOLVED_WIN:
+            return f"cp {centipawns(value)}"
+        n = (plies + 1) // 2 if self.mate_unit == "moves" else plies
+        return f"mate {n if value > 0 else -n}"
+
     def other(self, cmd: str, args: list[str]) -> bool:
         """A command the dialect knows beyond the shared ones (True when it was)."""
         return False
@@ -406,7 +316,13 @@ class LineEngine:
         sims = None if open_ended else limits.nodes
         search = self.loaded.search
         progress = await search.run(self.loaded.game, s, sims, deadline, on_slice, self._stopped)
-        # A full tree ends an open-ended search: the protocols want bestmove after stop only.
+        waits = self._limits.infinite or self._limits.ponder
+        if waits and progress.report.proof is not None and progress is not self._shown:
+            # The solver settled the root: the GUI sees its score now, not after the stop.
+            self._info(s, progress)
+            self._shown = progress
+        # A full tree (or a settled proof) ends an open-ended search: the protocols want
+        # bestmove after stop only; until then the input is read, a core left idle.
         while self._limits.infinite or self._limits.ponder:
             if self._stopped():
                 break
@@ -477,11 +393,15 @@ class LineEngine:
             words.append(self.move_text(t, a))
             t = game.apply(t, a)
         value = float(r.values[i]) if r.visits[i] else r.root_value
+        if r.proof is not None and r.proof.value is not None:  # the solver's: exact
+            score = self.proven_score(r.proof.value, r.proof.plies)
+        else:
+            score = self.score(s, line, value)
         ms = progress.seconds * 1000
         depth = max(1, len(line))
         self.emit(
             f"info depth {depth} seldepth {depth} nodes {progress.simulations} nps "
-            f"{progress.nps} time {int(ms)} score {self.score(s, line, value)} "
+            f"{progress.nps} time {int(ms)} score {score} "
             f"pv {' '.join(words)}".rstrip()
         )
 
@@ -559,18 +479,4 @@ def run_stdio(args: Any, engine: type[LineEngine], plays: str) -> int:
     return 0
 
 
-__all__ = [
-    "run_stdio",
-    "MARGIN_MS",
-    "MAX_NODES",
-    "Limits",
-    "LineEngine",
-    "Loaded",
-    "Option",
-    "ProtocolError",
-    "centipawns",
-    "clock_ms",
-    "depth_nodes",
-    "read_go",
-    "serve",
-]
+__all__ = ["LineEngine", "Loaded", "run_stdio", "serve"]

@@ -13,6 +13,13 @@ slice halves afresh), so a Gumbel search with a known budget and no deadline run
 What an engine shows comes from ``Search.report()`` (visits, values, priors, principal
 variations, the tree's size) and the move it plays from ``Search.choose`` at temperature 0
 (the Agent's analysis settings: no noise, no temperature, no resignation).
+
+With the solver (the checkpoint's ``mcts.solver``; docs/mcts.md, "Proven results") the report
+carries the root's ``Proof``: the move played is the proof's (the shortest proven win, the
+longest proven loss, never a proven loss while another move is open: ``proven_move`` on a
+sliced Gumbel search, ``Search.choose`` otherwise), and a proven root ends the slicing
+(``settled``): a search with a budget (simulations or a deadline) plays a proven result at
+once; an open-ended one searches on only while a shorter win may still be found.
 """
 
 from __future__ import annotations
@@ -25,7 +32,15 @@ from typing import Any, Literal
 import numpy as np
 
 from actors.games.base import Game, State
-from actors.search import PLAY_ALGORITHM, Evaluate, MCTSConfig, Search, SearchReport
+from actors.search import (
+    PLAY_ALGORITHM,
+    SOLVED_WIN,
+    Evaluate,
+    MCTSConfig,
+    Proof,
+    Search,
+    SearchReport,
+)
 from actors.searches import make_search
 
 SLICE = 32
@@ -114,9 +129,10 @@ class EngineSearch:
     ) -> Progress:
         """Search ``state`` for ``sims`` new simulations (None: until ``stopped()``, or
         ``MAX_VISITS``), until ``time.monotonic()`` passes ``deadline`` or ``stopped()`` turns
-        true, whichever is first; at least one slice. ``on_slice`` hears the progress after
-        each slice."""
+        true, or the solver's proof settles the root (``settled``), whichever is first; at
+        least one slice. ``on_slice`` hears the progress after each slice."""
         search = self.search_for(game)
+        open_ended = sims is None and deadline is None
         whole = self.mcts.algorithm == "gumbel" and sims is not None and deadline is None
         step = GUMBEL_SLICE if self.mcts.algorithm == "gumbel" else SLICE
         target = MAX_VISITS if sims is None else max(1, sims)
@@ -129,14 +145,20 @@ class EngineSearch:
             report = search.report()
             # Gumbel's move is among the survivors of the last halving: over a search cut into
             # slices, that is one slice's choice, so the most visited move is played instead.
+            # With the solver, the proof's move among those (``proven_move``).
             sliced = self.mcts.algorithm == "gumbel" and done > k
-            best = report.pv[0] if sliced else search.choose(result, 1 << 30)[1]
+            if not sliced:
+                best = search.choose(result, 1 << 30)[1]
+            else:
+                best = report.pv[0] if report.proof is None else proven_move(report)
             progress = Progress(report, best, done, time.monotonic() - start)
             if on_slice is not None:
                 on_slice(progress)
             if done >= target or stopped():
                 return progress
             if deadline is not None and time.monotonic() >= deadline:
+                return progress
+            if report.proof is not None and settled(report.proof, open_ended):
                 return progress
 
     async def raw(self, game: Game, state: State) -> Progress:
@@ -154,6 +176,33 @@ class EngineSearch:
         return Progress(report, int(actions[int(np.argmax(p))]), 0, time.monotonic() - start)
 
 
+def proven_move(report: SearchReport) -> int:
+    """The move a report's ``proof`` allows (``PuctMoves.choose`` at temperature 0, on the
+    report's arrays [k]): a proven win's or loss's own (the shortest win, the longest loss),
+    else the most visited move left open (never a proven loss while another is open; a
+    proven draw: its drawing moves), ties to the higher prior."""
+    assert report.proof is not None
+    forced = report.proof.forced()
+    if forced >= 0:
+        return int(report.actions[forced])
+    weights = report.proof.allowed(report.visits, report.priors)
+    top = np.flatnonzero(weights == weights.max())
+    return int(report.actions[top[np.argmax(report.priors[top])]])
+
+
+def settled(proof: Proof, open_ended: bool) -> bool:
+    """Whether a search may stop at a root with this proof. A search with a budget stops at
+    any proof (a mate found is played at once, even where a shorter one may exist); an
+    open-ended one once it can learn no more (``actors.nodes.search_over``: a loss, a draw, a
+    win in one ply, or every move proven), where its next slices would run no simulation: a
+    busy loop under ``go infinite``."""
+    if proof.value is None:
+        return False
+    if not open_ended or proof.value < SOLVED_WIN or proof.plies <= 1:
+        return True
+    return bool((proof.action_plies >= 0).all())
+
+
 __all__ = [
     "GUMBEL_SLICE",
     "LEAVES_IN_FLIGHT",
@@ -162,4 +211,6 @@ __all__ = [
     "EngineSearch",
     "Progress",
     "engine_mcts",
+    "proven_move",
+    "settled",
 ]

@@ -23,6 +23,12 @@ checkpoint's own ``mcts.algorithm`` instead); ``nodes`` counts simulations. The 
 proves no mate, so ``go depth N`` and ``go mate N`` become node budgets (``depth_nodes``) and
 the engine says so in an ``info string``. The score is the best move's value for the side to
 move mapped to centipawns as Leela Chess Zero maps it, ``111.7 * tan(1.562 * v)``.
+
+With the checkpoint's ``mcts.solver`` on (or ``--set mcts.solver=true``), a root the solver
+proved is scored ``score mate N`` (full moves, the mating one included: a win in 3 plies is
+``mate 2``; negative when the engine is the one mated) or ``score cp 0`` (a proven draw), the
+move played is the proof's, and a ``go`` with limits returns as soon as the root is proven
+(``go mate N``'s node budget included: its note says so).
 """
 
 from __future__ import annotations
@@ -31,20 +37,18 @@ from typing import cast
 
 from actors.games.chess.rules import Chess, ChessState
 from actors.search import PLAY_ALGORITHM
-from azserve.engines.protocol import (
+from azserve.engines.commands import (
     MARGIN_MS,
     MAX_NODES,
     Limits,
-    LineEngine,
-    Loaded,
     Option,
     ProtocolError,
     centipawns,
     clock_ms,
     depth_nodes,
     read_go,
-    serve,
 )
+from azserve.engines.protocol import LineEngine, Loaded, serve
 from azserve.engines.search import LEAVES_IN_FLIGHT
 
 UciError = ProtocolError
@@ -66,8 +70,11 @@ OPTIONS = (
 GO_KEYS = ("nodes", "movetime", "wtime", "btime", "winc", "binc", "movestogo", "depth", "mate")
 
 
-def parse_go(words: list[str], white: bool, margin_ms: float = MARGIN_MS) -> Limits:
-    """``go``'s arguments as limits for the side to move (white or not)."""
+def parse_go(
+    words: list[str], white: bool, margin_ms: float = MARGIN_MS, solver: bool = False
+) -> Limits:
+    """``go``'s arguments as limits for the side to move (white or not); ``solver``: the
+    search proves the mates it reaches (``mcts.solver``), said in ``go mate``'s note."""
     nums, flags = read_go(words, GO_KEYS, ("infinite", "ponder"), ("wtime", "btime"))
     limits = Limits(infinite="infinite" in flags, ponder="ponder" in flags)
     if limits.infinite:
@@ -79,9 +86,11 @@ def parse_go(words: list[str], white: bool, margin_ms: float = MARGIN_MS) -> Lim
             continue
         budget = depth_nodes(plies)
         limits.nodes = budget if limits.nodes is None else min(limits.nodes, budget)
+        unproven = " and proves no mate" if key == "mate" and not solver else ""
+        proven = "; a proven mate ends it" if key == "mate" and solver else ""
         limits.note = (
             f"go {key} {nums[key]}: searching {budget} nodes (a tree search has no depth "
-            f"limit{' and proves no mate' if key == 'mate' else ''}; 2**(plies+3) nodes)"
+            f"limit{unproven}; 2**(plies+3) nodes{proven})"
         )
     if "movetime" in nums:
         limits.movetime_ms = max(1.0, nums["movetime"] - margin_ms)
@@ -98,6 +107,7 @@ class Engine(LineEngine):
     protocol = "uci"
     options = OPTIONS
     position_word = "fen"
+    mate_unit = "moves"
 
     @property
     def game(self) -> Chess:
@@ -111,7 +121,8 @@ class Engine(LineEngine):
 
     def parse_go(self, args: list[str], state: ChessState) -> Limits:
         white = self.game.to_play(state) == 0
-        return parse_go(args, white, self.settings["moveoverhead"])
+        solver = self.loaded.search.mcts.solver
+        return parse_go(args, white, self.settings["moveoverhead"], solver)
 
     def move_text(self, s: ChessState, a: int) -> str:
         return self.game.uci(s, a)

@@ -18,8 +18,11 @@ to move's time (sente's ``btime``) over 30 moves plus three quarters of its incr
 more than half of it, plus the whole ``byoyomi``, less ``MoveOverhead``. The score is Leela's
 map of the best move's value (``centipawns``), or ``score mate N`` (plies; negative when the
 engine is the one mated) when the principal variation ends in a mate or a declaration and the
-search's value agrees (|v| >= 0.9): a tree search proves nothing, so this is what the tree
-believes, not a proof.
+search's value agrees (|v| >= 0.9): without the solver a tree search proves nothing, so
+this is what the tree believes, not a proof. With the checkpoint's ``mcts.solver`` on (or
+``--set mcts.solver=true``) a root the solver proved is scored from the proof instead (``score
+mate N`` in plies, ``cp 0`` for a draw), the move played is the proof's, a ``go`` with limits
+returns as soon as the root is proven, and a proven loss resigns under ``ResignValue``.
 
 ``bestmove`` is the search's move, ``resign`` where its score is at or below ``-ResignValue``
 centipawns (99999: never, the default) or the side to move is mated, and ``win`` where it may
@@ -35,20 +38,18 @@ from typing import cast
 
 from actors.games.shogi.rules import Shogi, ShogiState
 from actors.search import PLAY_ALGORITHM
-from azserve.engines.protocol import (
+from azserve.engines.commands import (
     MARGIN_MS,
     MAX_NODES,
     Limits,
-    LineEngine,
-    Loaded,
     Option,
     ProtocolError,
     centipawns,
     clock_ms,
     depth_nodes,
     read_go,
-    serve,
 )
+from azserve.engines.protocol import LineEngine, Loaded, serve
 from azserve.engines.search import LEAVES_IN_FLIGHT, Progress
 
 NEVER_RESIGN = 99_999
@@ -162,6 +163,8 @@ class UsiEngine(LineEngine):
         r = progress.report
         i = int((r.actions == progress.best).argmax())
         value = float(r.values[i]) if r.visits[i] else r.root_value
+        if r.proof is not None and r.proof.value is not None:  # the solver's: exact
+            value = r.proof.value
         threshold = self.settings["resignvalue"]
         if threshold < NEVER_RESIGN and centipawns(value) <= -threshold:
             return "resign"
