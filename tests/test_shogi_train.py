@@ -37,7 +37,7 @@ def test_the_configs_net_trains_a_step_on_shogi_positions() -> None:
     game = make_game(cfg.game)
     assert cfg.net.obs_shape == game.obs_shape == (92, 9, 9) and cfg.net.num_actions == A
     rng = random.Random(0)
-    s, obs, policy, outcome = game.initial_state(), [], [], []
+    s, obs, policy, outcome, material = game.initial_state(), [], [], [], []
     while len(obs) < 16:  # positions of a random game, uniform targets over the legal moves
         legal = game.legal_actions(s)
         row = np.zeros(A, np.float32)
@@ -45,12 +45,25 @@ def test_the_configs_net_trains_a_step_on_shogi_positions() -> None:
         obs.append(game.encode(s))
         policy.append(row)
         outcome.append(1.0 if len(obs) % 2 else -1.0)
+        material.append(game.material_balance(s))
         s = game.apply(s, rng.choice(legal))
+    # The config trains the material heads: each position's own balance stands in for both.
+    assert cfg.net.value_head == "wdl" and set(cfg.net.heads) == {"score", "material_ahead"}
+    balance = np.array(material, np.float32)
+    every = np.ones(len(obs), bool)
+    targets = {"score": balance, "material_ahead": balance}
     trainer = Trainer(replace(cfg.net, seed=1), replace(cfg.trainer, device="cpu", amp="none"))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     n = len(obs)
     out = trainer.step(
-        Batch(np.stack(obs), np.stack(policy), np.array(outcome, np.float32), np.zeros(n, np.int64))
+        Batch(
+            np.stack(obs),
+            np.stack(policy),
+            np.array(outcome, np.float32),
+            np.zeros(n, np.int64),
+            targets,
+            {k: every for k in targets},
+        )
     )
     assert np.isfinite(out["loss"]) and out["step"] == 1
     after = list(trainer.model.parameters())

@@ -116,6 +116,8 @@ class CompiledGame(Game):
     """The subclass's state (a NamedTuple of ``blob``, ``over``, ``value``)."""
     side_at: int = 0
     """The blob's byte that holds the side to move."""
+    _start: Any
+    """The start position, made by the subclass (from its FEN or SFEN)."""
 
     def __init__(self, max_plies: int, history: int, *extra: float) -> None:
         self.max_plies = int(max_plies)
