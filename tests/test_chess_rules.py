@@ -332,7 +332,7 @@ def test_self_play_results_at_the_cap() -> None:
     more, as the first player's result (``adjudicated_value`` of a win); a resignation, a
     mate and a smaller lead are as before; 0 turns it off. Repetition and 50-move draws only
     with ``adjudicate_repetitions``."""
-    from actors.selfplay import game_result
+    from actors.finished import game_result
 
     def cfg(margin: float, value: float = 1.0, repetitions: bool = False) -> MCTSConfig:
         return MCTSConfig(cap_win_margin=margin, adjudicated_value=value,

@@ -346,8 +346,10 @@ def test_a_run_keeps_its_ladder_as_it_trains(tmp_path: Path) -> None:
     from tests.conftest import quick_train_argv
 
     run = tmp_path / "run"
-    sets = ["ladder.games=4", "ladder.share=1.0", "ladder.sims=2", "checkpoint.keep_every=20"]
-    argv = [*quick_train_argv("tictactoe", run, *sets), "--minutes", "0.7"]
+    # Rounds of 2 games: the ladder plays at nice +10 beside the run, and on a loaded machine
+    # a round of 4 was still at its second game when a 0.7-minute run ended.
+    sets = ["ladder.games=2", "ladder.share=1.0", "ladder.sims=2", "checkpoint.keep_every=20"]
+    argv = [*quick_train_argv("tictactoe", run, *sets), "--minutes", "0.8"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=360)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
@@ -356,7 +358,7 @@ def test_a_run_keeps_its_ladder_as_it_trains(tmp_path: Path) -> None:
     assert rating["player"].startswith("run@") and rating["games"] >= 1
     assert rating["lo"] <= rating["elo"] <= rating["hi"]
     games = lines(run / "ladder" / "games.jsonl")
-    assert len(games) >= 4 and {g["game"] for g in games} == {"tictactoe"}
+    assert len(games) >= 2 and {g["game"] for g in games} == {"tictactoe"}
     assert (run / "ladder" / "ladder.png").is_file()
 
 

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
+from actors.finished import FinishedGame, game_targets, to_message
 from actors.games.go.rules import BLACK, WHITE, Go, GoState
 from actors.games.othello import Othello, OthelloState
 from actors.games.tictactoe import TicTacToe
-from actors.selfplay import FinishedGame, game_targets, to_message
 from azserve.errors import ConfigError
 from azserve.model.spec import NetConfig
 from azserve.protocol import decode

@@ -146,6 +146,13 @@ def register(sub: Any) -> None:
         help="the stated bound: games stored back to 80%% of the run's median rate within it "
         "after each network strike heals",
     )
+    p.add_argument(
+        "--engine",
+        choices=("ssh", "ray"),
+        default="ssh",
+        help="what launches the fleet: ssh (ip netns exec) or ray (a Ray node per host, a sixth "
+        "host for Ray's head; docs/reliability.md, Chaos on Ray)",
+    )
     p.add_argument("--work-dir", help="keep the fleet's run, logs and strikes here")
     p.add_argument("--json", help="write the result here too")
     p.set_defaults(run=_run("azserve.perf.chaos", exit_on="verdicts"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from azserve.cli.args import overrides_arg
 from azserve.config.argtypes import float_in, int_in, log_level
 
 
@@ -19,14 +20,7 @@ def register(sub: Any) -> None:
         help="a candidate's TOML config, a path or a shipped config's name (repeat)",
     )
     p.add_argument("--label", action="append", help="a candidate's name (default: file stem)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override one config value in every candidate (repeatable)",
-    )
+    overrides_arg(p, "in every candidate")
     p.add_argument(
         "--set-in",
         nargs=2,
