@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,10 @@ def ray_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     # (short: Ray's sockets live there, within AF_UNIX's 107 bytes)
     temp = Path(f"/tmp/azray-{os.getpid()}-c")
     node = {**NODE, "temp_dir": str(temp)}
+    # Cluster() records the head's address in Ray's default temp dir (ray_current_cluster)
+    # whatever temp_dir says, without making that directory: on a machine where Ray never ran
+    # it is missing (CI: FileNotFoundError '/tmp/ray/ray_current_cluster')
+    Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir(), "ray").mkdir(exist_ok=True)
     cluster = Cluster(
         initialize_head=True,
         head_node_args={**node, "resources": {"head": 1}, "include_dashboard": False},
