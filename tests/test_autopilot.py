@@ -29,6 +29,7 @@ from azserve.run.autopilot import (
     Controller,
     Measure,
     best_batch,
+    lag_versions,
     measure,
     served_versions,
 )
@@ -102,6 +103,31 @@ def test_versions_split_the_batches_so_the_rule_keeps_a_batch_of_each() -> None:
     c = Controller(AutopilotConfig(start_batches=3.0), best=32, rows_per_game=1, low=4, high=64)
     actions = [c.decide(m(0.99, 32, versions=4.0))[0] for _ in range(3)]
     assert actions == ["lower", "lower", "hold"] and c.batches == 2.0 and c.games() == 64
+
+
+def test_games_over_too_many_versions_are_lowered_not_chased() -> None:
+    """go9's A/B of 2026-12-07 (docs/autopilot.md): chasing the versions' split raised 68 ->
+    256 games, a move took 3.4 s, games spanned 4.6 versions and their positions arrived past
+    replay.max_policy_lag = 6: dropped, the learner starved at 0 steps/s. The versions grow
+    with the games, so past half of the lag the rule holds, and further past it lowers."""
+    assert lag_versions(6) == 3.0 and lag_versions(1) == 1.0 and lag_versions(0) == 1.0
+    c = Controller(AutopilotConfig(start_batches=4.0), best=32, rows_per_game=1, low=4,
+                   high=256, max_versions=lag_versions(6))  # fmt: skip
+    # below the limit the split is chased as before
+    action, why = c.decide(m(0.97, 26, queued=40, versions=2.5))
+    assert action == "raise" and c.games() == 160, why
+    # at the limit (3 of lag 6) and within the band above it: held, part-full or not
+    action, why = c.decide(m(0.97, 26, queued=40, versions=3.2))
+    assert action == "hold" and c.games() == 160 and "half of replay.max_policy_lag" in why, why
+    # past the band: lowered, part-full batches and all
+    action, why = c.decide(m(0.97, 27, queued=114, versions=4.6))
+    assert action == "lower" and c.games() == 112 and "4.6 versions" in why, why
+    # full batches over many versions: the floor is a batch of each of 3 versions, not of 4.6
+    actions = [c.decide(m(0.97, 31, queued=150, versions=4.6))[0] for _ in range(3)]
+    assert actions == ["lower", "hold", "hold"] and c.games() == 96, (actions, c.games())
+    # without a lag limit (the default) nothing changes: the split is chased
+    c = Controller(AutopilotConfig(start_batches=4.0), best=32, rows_per_game=1, low=4, high=256)
+    assert c.decide(m(0.97, 27, queued=114, versions=4.6))[0] == "raise"
 
 
 def test_served_versions_count_the_versions_by_their_share_of_the_rows() -> None:

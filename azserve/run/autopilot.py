@@ -65,6 +65,9 @@ EVENT = "autopilot"
 """The ``event`` of the autopilot's rows in ``metrics.jsonl``."""
 
 ADDITIVE_BATCHES = 1.0
+STALE_BAND = 1.25
+"""Games in flight over more than this times ``max_versions`` versions are lowered; between
+``max_versions`` and that, held (a band, so that the count does not see-saw at the limit)."""
 """Best batches of rows added when the server is starved: a whole one, so that the lanes of a
 best batch (``actors.inflight``) stay full."""
 
@@ -143,19 +146,37 @@ def best_batch(
     return min(b for b in fitting if rates[b] >= efficiency * top)
 
 
+def lag_versions(max_policy_lag: int) -> float:
+    """The most weights versions games in flight may span: half of ``replay.max_policy_lag``
+    (at least one). A game's positions carry the version it started with and arrive when it
+    ends: games over V versions bring positions up to about V versions old, dropped past
+    ``max_policy_lag``; at half of it they still have half of their trainable life left."""
+    return max(1.0, max_policy_lag / 2)
+
+
 class Controller:
     """The rule, free of I/O: ``batches`` best batches of rows in flight, moved by ``decide``.
 
     ``best`` rows fill the server's best batch; ``rows_per_game`` is what one game keeps in
-    flight (processes x leaves per game: the rows one more game per process adds)."""
+    flight (processes x leaves per game: the rows one more game per process adds);
+    ``max_versions`` is the most weights versions the games in flight may span before more
+    games only make their positions staler (``lag_versions``: half of
+    ``replay.max_policy_lag``)."""
 
     def __init__(
-        self, cfg: AutopilotConfig, best: int, rows_per_game: int, low: int, high: int
+        self,
+        cfg: AutopilotConfig,
+        best: int,
+        rows_per_game: int,
+        low: int,
+        high: int,
+        max_versions: float = math.inf,
     ) -> None:
         self.cfg = cfg
         self.best = best
         self.rows_per_game = rows_per_game
         self.low, self.high = low, high
+        self.max_versions = max_versions
         self.batches = cfg.start_batches
 
     def games(self) -> int:
@@ -189,7 +210,13 @@ class Controller:
         # versions made batches of 29 with 95 rows queued). Counting one batch for all versions
         # see-sawed go9 between 32 and 164 games: raised on batches part-full by the split,
         # lowered on the next interval's queue of the other versions' rows.
-        versions = max(1.0, m.versions)
+        # But the versions grow with the games: on a saturated server a move takes games x
+        # simulations / rows per second, so more games make longer games, spanning more
+        # versions, which split the batches again. Past ``max_versions`` the rule stops chasing
+        # them (go9 climbed to 256 games over 4.6 versions, its positions arriving past
+        # replay.max_policy_lag = 6 and dropped: the learner starved, 0 steps/s) and lowers.
+        spread = max(1.0, m.versions)
+        versions = min(spread, self.max_versions)
         queued = m.queued_rows >= self.best * versions
         full = m.batch >= c.full_batch * self.best or queued
         if m.busy < c.busy_low:
@@ -213,13 +240,29 @@ class Controller:
                 f"full batches ({m.batch:.1f} of {self.best})"
                 if m.batch >= c.full_batch * self.best
                 else f"{m.queued_rows:.0f} rows queued (batches of {m.batch:.1f} over "
-                f"{versions:.1f} versions)"
+                f"{spread:.1f} versions)"
             )
             return "lower", (
                 f"server busy {m.busy:.1%} >= {c.busy_high:.0%} with {waiting}: rows beyond "
                 "one batch of each version only queue"
             )
+        if m.busy >= c.busy_high and spread > self.max_versions * STALE_BAND:
+            floor = self._floor(versions)
+            if self.batches <= floor or self.games() <= self.low:
+                return "hold", f"games over {spread:.1f} versions, at the floor in flight"
+            self.batches = max(floor, self.batches * c.decrease)
+            return "lower", (
+                f"server busy {m.busy:.1%}, games over {spread:.1f} versions, past "
+                f"{self.max_versions:.1f} (half of replay.max_policy_lag): fewer games make "
+                "shorter games, whose positions arrive fresh enough to train"
+            )
         if m.busy >= c.busy_high:
+            if spread >= self.max_versions:
+                return "hold", (
+                    f"server busy {m.busy:.1%} on part-full batches over {spread:.1f} versions: "
+                    f"at {self.max_versions:.1f} (half of replay.max_policy_lag), more games "
+                    "would only make staler positions"
+                )
             # Saturated on part-full batches with less than a batch waiting: a batch is padded
             # up to its bucket and holds one weights version's rows, so more rows in flight
             # fill the batches it computes anyway (shogi: 32 games over 6 versions made
@@ -253,6 +296,7 @@ class Autopilot:
             cfg.actors.processes * leaves,
             min(ap.min_games, high),
             high,
+            lag_versions(cfg.replay.max_policy_lag),
         )
         self._max_batch_size = cfg.server.max_batch_size
         self._max_rows = cfg.client.max_rows
