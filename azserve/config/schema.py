@@ -155,7 +155,9 @@ class AutopilotConfig:
     max_games: int = 0
     """Most games in flight per actor process (0 = ``actors.games``)."""
     busy_low: float = 0.85
-    """Below this busy fraction the server waits for rows: one best batch more in flight."""
+    """Below this busy fraction the server waits for rows: one best batch more in flight; and,
+    where the learner trains on the server's CPU cores, the learner's reuse target may rise past
+    the configured one only then."""
     busy_high: float = 0.95
     """At or above this busy fraction, with full batches, rows beyond one best batch of each
     weights version served only queue: fewer games in flight (by ``1 - decrease``)."""

@@ -169,14 +169,17 @@ class ReuseController:
             # 96-99% cost 44% of the positions); up to it, a target lowered while something
             # else held the cores comes back (shogi: lowered 4 -> 1.19 while a test suite ran
             # beside the run, and held there for the rest of it).
+            # The server counts as busy from autopilot.busy_low (below it, it waits for rows):
+            # at busy_high, go9 raised to 8 at server busy 93% and spent its cores on steps
+            # that aged every game's positions past replay.max_policy_lag.
             most = c.reuse_max
-            if self.shared_cores and m.inference_busy >= c.busy_high:
+            if self.shared_cores and m.inference_busy >= c.busy_low:
                 most = min(most, self.configured)
                 if t >= most:
                     return "hold", (
                         f"{busy} < {c.learner_busy_low:.0%}, but the server on the same cores is "
-                        f"the bottleneck (busy {m.inference_busy:.0%} >= {c.busy_high:.0%}): the "
-                        "learner's idle time makes games"
+                        f"busy ({m.inference_busy:.0%} >= {c.busy_low:.0%}): the learner's idle "
+                        "time makes games"
                     )
             if t >= most:
                 return "hold", f"{busy} < {c.learner_busy_low:.0%}, at reuse_max {c.reuse_max:g}"
