@@ -65,11 +65,11 @@ EVENT = "autopilot"
 """The ``event`` of the autopilot's rows in ``metrics.jsonl``."""
 
 ADDITIVE_BATCHES = 1.0
+"""Best batches of rows added when the server is starved: a whole one, so that the lanes of a
+best batch (``actors.inflight``) stay full."""
 STALE_BAND = 1.25
 """Games in flight over more than this times ``max_versions`` versions are lowered; between
 ``max_versions`` and that, held (a band, so that the count does not see-saw at the limit)."""
-"""Best batches of rows added when the server is starved: a whole one, so that the lanes of a
-best batch (``actors.inflight``) stay full."""
 
 
 @dataclass(frozen=True)
