@@ -55,10 +55,29 @@ def test_recovery_is_the_first_window_back_near_the_median() -> None:
 def test_throughput_judges_each_heal_against_the_median() -> None:
     stamps = ["00:00:00", "00:00:15", "00:00:30", "00:00:45", "00:01:00"]
     lines = [status(t, g) for t, g in zip(stamps, [0, 150, 300, 320, 470], strict=True)]
-    flow = throughput("\n".join(lines), START, [40.0], 15.0, 60.0)
+    flow = throughput("\n".join(lines), START, [(30.0, 40.0)], 15.0, 60.0)
     # windows end at 25, 40, 55, 70 s: 10, 10, 1.33, 10 games/s; back at 70 s
     assert flow["median_games_per_s"] == 10.0
+    assert flow["before_games_per_s"] == [10.0]  # the window ending at 25 s
     assert flow["recovery_s"] == [30.0] and flow["ok"] is True
+
+
+def test_a_heal_is_judged_against_the_rate_before_its_strike_when_that_was_lower() -> None:
+    """The fleet stored 10 games/s for 300 s, then 4 (something else held the cores); a network
+    strike from 440 s to 445 s changed nothing. Against the 4 it found it is back at once;
+    against the run's median (10) it would never be, and fail the 60 s bound."""
+    games, lines = 0, []
+    for k in range(101):  # a status line every 5 s, 10 s to 510 s after START
+        t = 10 + 5 * k
+        lines.append(status(f"00:{(t - 10) // 60:02d}:{(t - 10) % 60:02d}", games))
+        games += 50 if t < 310 else 20
+    flow = throughput("\n".join(lines), START, [(440.0, 445.0), (100.0, 110.0)], 15.0, 60.0)
+    assert flow["median_games_per_s"] == 10.0
+    assert flow["before_games_per_s"][0] == 4.0 and flow["recovery_s"][0] == 15.0  # at 460 s
+    assert flow["recovery_vs_median_s"][0] == 61.0  # never back to 8, and the run went on
+    # the second strike found the median's rate: judged against it, as before
+    assert flow["before_games_per_s"][1] == 10.0 and flow["recovery_s"][1] == 5.0  # at 115 s
+    assert flow["ok"] is True
 
 
 def test_memory_watch_samples_the_processes_it_is_given() -> None:
