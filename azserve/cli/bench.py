@@ -143,8 +143,8 @@ def register(sub: Any) -> None:
         "--throughput-s",
         type=seconds,
         default=60.0,
-        help="the stated bound: games stored back to 80%% of the run's median rate (or of the "
-        "two minutes' before the strike, if lower) within it after each network strike heals",
+        help="the stated bound: games stored (or the learner's samples trained) back to 80%% "
+        "of the run's median rate within it after each network strike heals",
     )
     p.add_argument(
         "--engine",

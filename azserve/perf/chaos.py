@@ -55,9 +55,9 @@ summary; a killed life's figures are those of its last status line):
 - ``max_recovery_s`` against ``--recovery-s``; ``final_eval``: the run's last evaluation and
   whether it is sane (its score against random at least ``--min-score``);
 - ``memory_peak_mb`` per role (and while a network strike was on) against ``--memory-mb``,
-  and ``throughput``: games stored back to 80% of the run's median rate (or of the rate in
-  the two minutes before the strike, when that was lower) within ``--throughput-s`` of each
-  network strike's heal (``azserve.perf.chaos_watch``);
+  and ``throughput``: games stored, or the learner's samples trained, back to 80% of the
+  run's median rate within ``--throughput-s`` of each network strike's heal
+  (``azserve.perf.chaos_watch``);
 - ``longest_wait_s`` per actor group against ``longest_wait_bound_s``: no evaluation waited
   longer than ``client.request_timeout_s`` and no move longer than ``actors.version_wait_s``
   for its version (``chaos_books.wait_bounds`` says the slack).
@@ -457,9 +457,9 @@ def main(args: Any) -> dict[str, Any]:
             p.wait()
     strikes = injector.strikes
     recoveries = [s.recovered_s for s in strikes]
-    net = [(s.t_s, s.t_s + s.fault_s) for s in strikes if s.fault_s is not None]
+    heals = [s.t_s + s.fault_s for s in strikes if s.fault_s is not None]
     learner_log = read_from(log_path(run_dir, lan, "learner", engine), 0)
-    flow = chaos_watch.throughput(learner_log, start, net, 15.0, args.throughput_s)
+    flow = chaos_watch.throughput(learner_log, start, heals, 15.0, args.throughput_s)
     evaluation = final_eval(run_dir)
     eval_score = score((evaluation or {}).get("vs_random"))
     kills: dict[str, dict[str, int]] = {}

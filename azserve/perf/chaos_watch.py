@@ -9,17 +9,19 @@ the fleet runs, and the fleet's throughput after every network strike heals.
   replies by ``server.max_queued_replies`` per peer, an actor's unacked trajectories by
   ``actors.max_outbox``; a target that grows without bound while a peer is unreachable
   crosses it.
-- **Throughput**: the learner's status lines (``HH:MM:SS ... games N``, every few seconds)
-  give games stored over time, in windows of ``window_s``. After each network strike heals,
-  its recovery is the time until a window first reaches ``1 - tolerance`` (80%) of its norm:
-  the run's median rate, or the median of the windows in the ``before_s`` before the strike
-  began when that is lower. A strike cannot be asked to bring back more than the fleet stored
-  just before it: on 2 cores the learner-bound rate drifts by a third for minutes at a time,
-  with no network strike on (a 60-minute Ray run: two 5-minute stretches at a median of 124
-  games/s against the run's 166), and a heal in such a stretch would be blamed for it. None
-  when the run ended within ``bound_s`` of the heal (not judged). The verdict
-  ``throughput_recovered``: every judged recovery within ``bound_s`` (``--throughput-s``).
-  The recoveries against the run's median alone are reported beside them.
+- **Throughput**: the learner's status lines (``HH:MM:SS ... samples/s S ... games N``, every
+  few seconds) give games stored over time and the learner's samples trained per second; each
+  side's run median (over windows of ``window_s``) is its norm. After each network strike
+  heals, its recovery is the time until a window first brings either side back to
+  ``1 - tolerance`` (80%) of its median, or None when the run ended within ``bound_s`` of the
+  heal (not judged). Either side, because the fleet's throughput is the lesser of the two:
+  where the learner is the bottleneck, games stored follow the rate limiter, which lets the
+  actors' games in as bursts and pays them back, and what the fleet does is what the learner
+  trains (a 60-minute Ray run: a learner back from a crash took the actors' unacked games at
+  twice the median, then stored at 60% of it for 100 s while it trained them, across a
+  partition between two servers that never talk to each other). The verdict
+  ``throughput_recovered``: every judged recovery within ``bound_s`` (``--throughput-s``); the
+  recoveries of games stored alone are reported beside them.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 STATUS_GAMES = re.compile(r"^(\d\d):(\d\d):(\d\d) I learner: .*?\bgames (\d+)\b", re.M)
+STATUS_SAMPLES = re.compile(r"^(\d\d):(\d\d):(\d\d) I learner: .*?\bsamples/s (\d+)\b", re.M)
 
 
 def rss_mb(pid: int) -> float:
@@ -89,19 +92,31 @@ class MemoryWatch:
             self.sample()
 
 
-def games_over_time(log_text: str, start: datetime) -> list[tuple[float, int]]:
-    """(seconds since ``start``, games stored) from the learner's status lines, whose clock
-    reads ``HH:MM:SS`` of the day ``start`` began (a line before ``start``'s time of day is
-    the next day's). A restarted learner's count starts again from its checkpoint: kept as
-    written (``rates`` skips a fall)."""
+def _over_time(pattern: re.Pattern[str], log_text: str, start: datetime) -> list[tuple[float, int]]:
+    """(seconds since ``start``, the line's number) for each of the learner's status lines
+    that ``pattern`` matches; their clock reads ``HH:MM:SS`` of the day ``start`` began (a line
+    before ``start``'s time of day is the next day's)."""
     out = []
     day = start.replace(hour=0, minute=0, second=0, microsecond=0)
-    for m in STATUS_GAMES.finditer(log_text):
+    for m in pattern.finditer(log_text):
         at = day + timedelta(hours=int(m[1]), minutes=int(m[2]), seconds=int(m[3]))
         if at < start - timedelta(hours=12):
             at += timedelta(days=1)
         out.append(((at - start).total_seconds(), int(m[4])))
     return out
+
+
+def games_over_time(log_text: str, start: datetime) -> list[tuple[float, int]]:
+    """(seconds since ``start``, games stored) from the learner's status lines. A restarted
+    learner's count starts again from its checkpoint: kept as written (``rates`` skips a
+    fall)."""
+    return _over_time(STATUS_GAMES, log_text, start)
+
+
+def samples_over_time(log_text: str, start: datetime) -> list[tuple[float, int]]:
+    """(seconds since ``start``, the learner's samples trained per second) from its status
+    lines: a rate already, over the line's own interval."""
+    return _over_time(STATUS_SAMPLES, log_text, start)
 
 
 def rates(series: list[tuple[float, int]], window_s: float) -> list[tuple[float, float]]:
@@ -116,6 +131,21 @@ def rates(series: list[tuple[float, int]], window_s: float) -> list[tuple[float,
             if g >= g_start:
                 out.append((t, (g - g_start) / (t - t_start)))
             t_start, g_start = t, g
+    return out
+
+
+def mean_rates(series: list[tuple[float, int]], window_s: float) -> list[tuple[float, float]]:
+    """(window's end, the mean of the rates in it) over consecutive windows of at least
+    ``window_s``, for a series that is a rate already (``samples_over_time``)."""
+    out: list[tuple[float, float]] = []
+    if not series:
+        return out
+    t_start, values = series[0][0], []
+    for t, v in series[1:]:
+        values.append(v)
+        if t - t_start >= window_s:
+            out.append((t, sum(values) / len(values)))
+            t_start, values = t, []
     return out
 
 
@@ -134,33 +164,26 @@ def recovery_s(
 
 
 def throughput(
-    log_text: str,
-    start: datetime,
-    strikes: list[tuple[float, float]],
-    window_s: float,
-    bound_s: float,
-    before_s: float = 120.0,
+    log_text: str, start: datetime, heals: list[float], window_s: float, bound_s: float
 ) -> dict[str, object]:
-    """The run's median games per second and each network strike's recovery after its heal
-    (the module docstring); ``strikes``: ``(began, healed)`` of each, in seconds since
-    ``start``."""
-    windows = rates(games_over_time(log_text, start), window_s)
-    norm = statistics.median(r for _, r in windows) if windows else 0.0
-    before: list[float | None] = []
-    for began, _ in strikes:
-        prior = [r for end, r in windows if began - before_s < end <= began]
-        before.append(round(statistics.median(prior), 2) if prior else None)
+    """Each side's run median and each healed network strike's recovery (the module
+    docstring); ``heals``: seconds since ``start`` at which each strike healed."""
+    games = rates(games_over_time(log_text, start), window_s)
+    samples = mean_rates(samples_over_time(log_text, start), window_s)
+    norm = statistics.median(r for _, r in games) if games else 0.0
+    trained = statistics.median(r for _, r in samples) if samples else 0.0
+    by_games = [recovery_s(games, h, norm, bound_s) for h in heals]
+    by_samples = [recovery_s(samples, h, trained, bound_s) for h in heals]
     recoveries = [
-        recovery_s(windows, healed, norm if b is None else min(norm, b), bound_s)
-        for (_, healed), b in zip(strikes, before, strict=True)
+        None if g is None and s is None else min(x for x in (g, s) if x is not None)
+        for g, s in zip(by_games, by_samples, strict=True)
     ]
     return {
         "median_games_per_s": round(norm, 2),
+        "median_samples_per_s": round(trained, 1),
         "window_s": window_s,
-        "before_s": before_s,
-        "before_games_per_s": before,
         "recovery_s": recoveries,
-        "recovery_vs_median_s": [recovery_s(windows, h, norm, bound_s) for _, h in strikes],
+        "recovery_games_s": by_games,
         "bound_s": bound_s,
         "ok": all(r is None or r <= bound_s for r in recoveries),
     }
@@ -171,4 +194,14 @@ def now() -> datetime:
     return datetime.fromtimestamp(time.time())
 
 
-__all__ = ["MemoryWatch", "games_over_time", "now", "rates", "recovery_s", "rss_mb", "throughput"]
+__all__ = [
+    "MemoryWatch",
+    "games_over_time",
+    "mean_rates",
+    "now",
+    "rates",
+    "recovery_s",
+    "rss_mb",
+    "samples_over_time",
+    "throughput",
+]
