@@ -18,8 +18,8 @@ the fleet runs, and the fleet's throughput after every network strike heals.
   where the learner is the bottleneck, games stored follow the rate limiter, which lets the
   actors' games in as bursts and pays them back, and what the fleet does is what the learner
   trains (a 60-minute Ray run: a learner back from a crash took the actors' unacked games at
-  twice the median, then stored at 60% of it for 100 s while it trained them, across a
-  partition between two servers that never talk to each other). The verdict
+  twice the median, then stored at half to four fifths of it for 100 s while it trained them,
+  across a partition between two servers that never talk to each other). The verdict
   ``throughput_recovered``: every judged recovery within ``bound_s`` (``--throughput-s``); the
   recoveries of games stored alone are reported beside them.
 """
